@@ -1,0 +1,8 @@
+//! CAPTF: a Cluster API infrastructure provider that provisions infrastructure
+//! by running Terraform or OpenTofu modules in Kubernetes Jobs.
+//!
+//! One module per concept of the book; decisions are pure functions over plain
+//! data, and the Kubernetes I/O stays at the edges.
+
+pub mod runner;
+pub mod server;
