@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the test platform from upstream sources through the Go module proxy:
-# kube-apiserver, kube-controller-manager, etcd and tofu, into
-# $CAPTF_CACHE_DIR/bin/<name>-<version> (default ~/.cache/captf), outside the
-# repository. What is already there is skipped, so a second run is instant.
-# Prints what it builds and how long each took. Versions: versions.env.
+# kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd
+# and tofu, into $CAPTF_CACHE_DIR/bin/<name>-<version> (default
+# ~/.cache/captf), outside the repository. What is already there is skipped,
+# so a second run is instant. Prints what it builds and how long each took.
+# Versions: versions.env; the Go module: go.mod (from gen-gomod.sh).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=versions.env
@@ -18,62 +19,63 @@ mkdir -p "$BIN" "$CACHE/src"
 exec 9>"$CACHE/build.lock"
 flock 9
 
-K="v$KUBERNETES_VERSION"
-APISERVER="$BIN/kube-apiserver-$K"
-KCM="$BIN/kube-controller-manager-$K"
-ETCD="$BIN/etcd-v$ETCD_VERSION"
-TOFU="$BIN/tofu-v$OPENTOFU_VERSION"
-
-elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
-
 # Builds into a temporary directory first so that an interrupted build never
 # leaves a half-written binary under the cached name.
 TMP="$(mktemp -d "$CACHE/build.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 
-if [ ! -x "$APISERVER" ] || [ ! -x "$KCM" ]; then
-  echo "build: kube-apiserver and kube-controller-manager $K from k8s.io/kubernetes ..."
+elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
+
+K="v$KUBERNETES_VERSION"
+missing=()
+for cmd in kube-apiserver kube-controller-manager kubectl; do
+  if [ -x "$BIN/$cmd-$K" ]; then
+    echo "build: $cmd $K cached"
+  else
+    missing+=("$cmd")
+  fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "build: ${missing[*]} $K from k8s.io/kubernetes ..."
   t=$(date +%s)
   minor="${KUBERNETES_VERSION#1.}"; minor="${minor%%.*}"
+  # An unstamped version (v0.0.0-master) trips the emulation-version checks.
   ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K \
     -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor \
     -X k8s.io/component-base/version.gitTreeState=clean"
   (cd "$HERE" && go build -trimpath -ldflags "$ldflags" -o "$TMP/" \
-    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)
-  mv "$TMP/kube-apiserver" "$APISERVER"
-  mv "$TMP/kube-controller-manager" "$KCM"
-  echo "build: kube-apiserver and kube-controller-manager $K built in $(elapsed "$t")"
-else
-  echo "build: kube-apiserver and kube-controller-manager $K cached"
+    "${missing[@]/#/k8s.io/kubernetes/cmd/}")
+  for cmd in "${missing[@]}"; do mv "$TMP/$cmd" "$BIN/$cmd-$K"; done
+  echo "build: ${missing[*]} $K built in $(elapsed "$t")"
 fi
 
-if [ ! -x "$ETCD" ]; then
+ETCD="$BIN/etcd-v$ETCD_VERSION"
+if [ -x "$ETCD" ]; then
+  echo "build: etcd v$ETCD_VERSION cached"
+else
   echo "build: etcd v$ETCD_VERSION from go.etcd.io/etcd/server/v3 ..."
   t=$(date +%s)
   (cd "$HERE" && go build -trimpath -ldflags "-s -w" -o "$TMP/etcd" go.etcd.io/etcd/server/v3)
   mv "$TMP/etcd" "$ETCD"
   echo "build: etcd v$ETCD_VERSION built in $(elapsed "$t")"
-else
-  echo "build: etcd v$ETCD_VERSION cached"
 fi
 
-if [ ! -x "$TOFU" ]; then
+TOFU="$BIN/tofu-v$OPENTOFU_VERSION"
+if [ -x "$TOFU" ]; then
+  echo "build: tofu v$OPENTOFU_VERSION cached"
+else
   echo "build: tofu v$OPENTOFU_VERSION from github.com/opentofu/opentofu ..."
   t=$(date +%s)
   # Its go.mod has replace directives, so go install refuses it: build inside
   # a writable copy of the downloaded module directory instead.
   dir="$(cd "$TMP" && go mod download -json "github.com/opentofu/opentofu@v$OPENTOFU_VERSION" \
     | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
-  src="$CACHE/src/opentofu-v$OPENTOFU_VERSION"
-  rm -rf "$src"
-  cp -r "$dir" "$src"
-  chmod -R u+w "$src"
-  (cd "$src" && GOFLAGS="-buildvcs=false -mod=mod" go build -trimpath -ldflags "-s -w" -o "$TMP/tofu" ./cmd/tofu)
+  cp -r "$dir" "$TMP/opentofu"
+  chmod -R u+w "$TMP/opentofu"
+  (cd "$TMP/opentofu" && GOFLAGS="-buildvcs=false -mod=mod" go build -trimpath -ldflags "-s -w" -o "$TMP/tofu" ./cmd/tofu)
   mv "$TMP/tofu" "$TOFU"
-  rm -rf "$src"
   echo "build: tofu v$OPENTOFU_VERSION built in $(elapsed "$t")"
-else
-  echo "build: tofu v$OPENTOFU_VERSION cached"
 fi
 
-ls -l "$APISERVER" "$KCM" "$ETCD" "$TOFU" | awk '{ printf "build: %s %.1f MiB\n", $NF, $5 / 1048576 }'
+ls -l "$BIN"/kube-apiserver-"$K" "$BIN"/kube-controller-manager-"$K" "$BIN"/kubectl-"$K" "$ETCD" "$TOFU" \
+  | awk '{ printf "build: %s %.1f MiB\n", $NF, $5 / 1048576 }'
