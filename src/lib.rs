@@ -4,5 +4,11 @@
 //! One module per concept of the book; decisions are pure functions over plain
 //! data, and the Kubernetes I/O stays at the edges.
 
+pub mod api;
+pub mod error;
+pub mod image_ref;
+pub mod metrics;
+pub mod role;
 pub mod runner;
 pub mod server;
+pub mod webhooks;

@@ -1,34 +1,18 @@
 //! captf-manager: the webhooks, the reconcilers and the health and metrics
 //! endpoints in one process.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use captf::server::{self, health::Readiness};
-use clap::{Parser, ValueEnum};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use tokio::signal::unix::{SignalKind, signal};
+use captf::metrics::Metrics;
+use captf::server::diagnostics::METRICS_CERT_DIR;
+use captf::server::flags::{Command, Flags, LoggingFormat};
+use captf::server::health::{GATE_WATCHES, GATE_WEBHOOK, Readiness};
+use captf::server::listeners::Listeners;
+use captf::server::{self, ServerError};
+use captf::webhooks::handler::Webhooks;
 use tracing::{error, info};
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum LoggingFormat {
-    Text,
-    Json,
-}
-
-#[derive(Debug, Parser)]
-#[command(name = "captf-manager", version, about)]
-struct Flags {
-    /// Path to a kubeconfig; in-cluster configuration or $KUBECONFIG when unset.
-    #[arg(long, env = "CAPTF_KUBECONFIG")]
-    kubeconfig: Option<PathBuf>,
-    /// Address of /healthz and /readyz.
-    #[arg(long, env = "CAPTF_HEALTH_ADDR", default_value = ":9440")]
-    health_addr: String,
-    /// Log format; the level comes from RUST_LOG (default info).
-    #[arg(long, env = "CAPTF_LOGGING_FORMAT", value_enum, default_value = "text")]
-    logging_format: LoggingFormat,
-}
 
 fn init_logging(format: LoggingFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -40,59 +24,50 @@ fn init_logging(format: LoggingFormat) {
     }
 }
 
-async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, Box<dyn std::error::Error>> {
-    let config = match kubeconfig {
-        Some(path) => {
-            kube::Config::from_custom_kubeconfig(
-                Kubeconfig::read_from(path)?,
-                &KubeConfigOptions::default(),
-            )
-            .await?
+async fn run(flags: Flags) -> Result<(), ServerError> {
+    let mut shutdown = Box::pin(server::shutdown_signal()?);
+    let flags = flags.resolve(std::env::var("CAPTF_MANAGER_IMAGE").ok())?;
+    let client = server::kube_client(flags.kubeconfig.as_deref()).await?;
+    let readiness = Readiness::new(&[GATE_WEBHOOK, GATE_WATCHES]);
+    let metrics = Arc::new(Metrics::new());
+    let handler = Arc::new(Webhooks::new(client.clone()));
+    let listeners = Listeners::start(
+        &flags,
+        client.clone(),
+        handler,
+        metrics,
+        readiness.clone(),
+        Path::new(METRICS_CERT_DIR),
+    )
+    .await?;
+
+    tokio::select! {
+        () = &mut shutdown => {}
+        version = server::wait_for_api_server(&client) => {
+            info!(%version, "connected to the API server");
+            // Nothing is watched yet: the reconcilers, which will mark this
+            // gate once their reflectors have synced, do not exist. Until
+            // they do, the API server answering is all there is to sync.
+            readiness.mark_ready(GATE_WATCHES);
+            shutdown.await;
         }
-        None => kube::Config::infer().await?,
-    };
-    Ok(kube::Client::try_from(config)?)
-}
-
-async fn run(flags: Flags) -> Result<(), Box<dyn std::error::Error>> {
-    let health_addr = server::parse_listen_addr(&flags.health_addr)
-        .map_err(|e| format!("--health-addr: {e}"))?;
-    let readiness = Readiness::new(&["apiserver"]);
-    let listener = tokio::net::TcpListener::bind(health_addr).await?;
-    info!(addr = %listener.local_addr()?, "serving /healthz and /readyz");
-
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let shutdown = {
-        let readiness = readiness.clone();
-        async move {
-            tokio::select! {
-                _ = sigterm.recv() => info!("SIGTERM received, shutting down"),
-                _ = sigint.recv() => info!("SIGINT received, shutting down"),
-            }
-            readiness.start_shutdown();
-        }
-    };
-    let health = tokio::spawn(
-        axum::serve(listener, server::health::router(readiness.clone()))
-            .with_graceful_shutdown(shutdown)
-            .into_future(),
-    );
-
-    let client = client(flags.kubeconfig.as_ref()).await?;
-    let version = client.apiserver_version().await?;
-    info!(version = %version.git_version, "connected to the API server");
-    readiness.mark_ready("apiserver");
-
-    health.await??;
+    }
+    listeners.shutdown(&readiness, flags.shutdown_delay.0).await;
     info!("stopped");
     Ok(())
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let flags = Flags::parse();
+    let flags = Flags::from_args();
+    if flags.command == Some(Command::Crds) {
+        print!("{}", captf::api::crds_yaml());
+        return ExitCode::SUCCESS;
+    }
     init_logging(flags.logging_format);
+    for (name, value) in flags.describe() {
+        info!("FLAG: --{name}={value:?}");
+    }
     match run(flags).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -13,6 +13,11 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
+/// The gate the webhook listener marks once it serves.
+pub const GATE_WEBHOOK: &str = "webhook";
+/// The gate marked once the watches have synced.
+pub const GATE_WATCHES: &str = "watches";
+
 #[derive(Clone, Debug)]
 pub struct Readiness {
     inner: Arc<Mutex<Gates>>,

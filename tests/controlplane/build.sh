@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test platform from upstream sources through the Go module proxy:
-# kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd
-# and tofu, into $CAPTF_CACHE_DIR/bin/<name>-<version> (default
+# kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd,
+# tofu and helm, into $CAPTF_CACHE_DIR/bin/<name>-<version> (default
 # ~/.cache/captf), outside the repository. What is already there is skipped,
 # so a second run is instant. Prints what it builds and how long each took.
 # Versions: versions.env; the Go module: go.mod (from gen-gomod.sh).
@@ -77,5 +77,16 @@ else
   echo "build: tofu v$OPENTOFU_VERSION built in $(elapsed "$t")"
 fi
 
-ls -l "$BIN"/kube-apiserver-"$K" "$BIN"/kube-controller-manager-"$K" "$BIN"/kubectl-"$K" "$ETCD" "$TOFU" \
+HELM="$BIN/helm-v$HELM_VERSION"
+if [ -x "$HELM" ]; then
+  echo "build: helm v$HELM_VERSION cached"
+else
+  echo "build: helm v$HELM_VERSION from helm.sh/helm/v3 ..."
+  t=$(date +%s)
+  (cd "$TMP" && GOBIN="$TMP" GOFLAGS="-buildvcs=false" go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION")
+  mv "$TMP/helm" "$HELM"
+  echo "build: helm v$HELM_VERSION built in $(elapsed "$t")"
+fi
+
+ls -l "$BIN"/kube-apiserver-"$K" "$BIN"/kube-controller-manager-"$K" "$BIN"/kubectl-"$K" "$ETCD" "$TOFU" "$HELM" \
   | awk '{ printf "build: %s %.1f MiB\n", $NF, $5 / 1048576 }'

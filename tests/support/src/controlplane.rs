@@ -50,6 +50,7 @@ pub fn binary(name: &str) -> PathBuf {
         "kube-apiserver" | "kube-controller-manager" | "kubectl" => version("KUBERNETES_VERSION"),
         "etcd" => version("ETCD_VERSION"),
         "tofu" => version("OPENTOFU_VERSION"),
+        "helm" => version("HELM_VERSION"),
         other => panic!("no pinned version for {other}"),
     };
     let path = bin_dir().join(format!("{name}-v{version}"));
@@ -130,10 +131,33 @@ impl Drop for ControlPlane {
     }
 }
 
-/// Spawns a process that dies with the thread that started it and keeps out
-/// of the terminal's process group, so that Ctrl-C reaches only its owner,
-/// which then stops it in order.
-pub fn spawn_owned(cmd: &mut Command) -> std::io::Result<Child> {
+/// Spawns a process that dies with this process (a parent-death signal) and
+/// keeps out of the terminal's process group, so that Ctrl-C reaches only its
+/// owner, which then stops it in order.
+///
+/// The parent-death signal fires when the spawning *thread* ends, and a test's
+/// thread ends with the test: so every spawn happens on one thread that lives
+/// as long as the process.
+pub fn spawn_owned(mut cmd: Command) -> std::io::Result<Child> {
+    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("captf-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+                // Every sender is gone only at exit; keep the children alive
+                // until then.
+                loop {
+                    std::thread::park();
+                }
+            })
+            .expect("starting the spawner thread");
+        Mutex::new(tx)
+    });
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
@@ -142,7 +166,15 @@ pub fn spawn_owned(cmd: &mut Command) -> std::io::Result<Child> {
             Ok(())
         });
     }
-    cmd.spawn()
+    let (reply, answer) = mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send((cmd, reply))
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?;
+    answer
+        .recv()
+        .map_err(|_| std::io::Error::other("the spawner thread is gone"))?
 }
 
 /// SIGTERM, then SIGKILL after ten seconds.
@@ -163,21 +195,12 @@ pub fn terminate(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// Starts a control plane. The processes are started from a thread that
-/// lives as long as the process, because the parent-death signal fires when
-/// the starting *thread* ends.
+/// Starts a control plane. It boots on a thread of its own, because it
+/// waits on a runtime of its own and may be called from inside a test's.
 pub fn start() -> Result<ControlPlane, String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new()
-        .name("captf-controlplane".into())
-        .spawn(move || {
-            let _ = tx.send(start_here());
-            loop {
-                std::thread::park();
-            }
-        })
-        .map_err(|e| format!("spawning the starter thread: {e}"))?;
-    rx.recv().map_err(|e| format!("the starter thread died: {e}"))?
+    std::thread::spawn(start_here)
+        .join()
+        .map_err(|_| "the control plane's boot thread panicked".to_string())?
 }
 
 fn start_here() -> Result<ControlPlane, String> {
@@ -325,7 +348,7 @@ impl ControlPlane {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
-        let child = spawn_owned(&mut cmd)
+        let child = spawn_owned(cmd)
             .map_err(|e| format!("starting {}: {e}", bin.display()))?;
         self.children.get_mut().unwrap_or_else(|e| e.into_inner()).push((name, child));
         Ok(())

@@ -3,6 +3,7 @@
 
 
 pub mod controlplane;
+pub mod manager;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ObjectMeta, PostParams};

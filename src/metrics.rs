@@ -1,0 +1,1005 @@
+//! Every metric of the manager, in one registry (ref §5 names, types and
+//! labels, `captf_` prefix).
+//!
+//! Label values come from the enums below, so every label is bounded; the
+//! only free values are the namespace and name of the per-object gauges,
+//! whose series [`Metrics::forget`] removes when the object goes. The
+//! reconcilers fill the families through the public fields, e.g.
+//! `metrics.jobs.get_or_create(&JobLabels { .. }).inc()`.
+
+use std::fmt;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// The API contract this build implements (the `contract` label of
+/// `captf_build_info`).
+pub const CONTRACT: &str = "v1alpha1";
+
+/// Defines a label-value enum with the exact strings that go on the wire.
+macro_rules! label_values {
+    ($(#[$meta:meta])* $name:ident { $($variant:ident => $value:literal),+ $(,)? }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $value),+ }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> fmt::Result {
+                EncodeLabelValue::encode(&self.as_str(), encoder)
+            }
+        }
+    };
+}
+
+label_values!(
+    /// The `kind` label: a Kind name.
+    Kind {
+        TerraformCluster => "TerraformCluster",
+        TerraformMachine => "TerraformMachine",
+        TerraformMachinePool => "TerraformMachinePool",
+        TerraformClusterTemplate => "TerraformClusterTemplate",
+        TerraformMachineTemplate => "TerraformMachineTemplate",
+        TerraformMachinePoolTemplate => "TerraformMachinePoolTemplate",
+        TerraformClusterIdentity => "TerraformClusterIdentity",
+    }
+);
+
+label_values!(
+    /// The `op` label: a Job's operation, or `none` for a decision to run nothing.
+    Op {
+        Apply => "apply",
+        Plan => "plan",
+        Destroy => "destroy",
+        Refresh => "refresh",
+        Drift => "drift",
+        Restore => "restore",
+        Nothing => "none",
+    }
+);
+
+label_values!(
+    /// The `result` label of `captf_jobs_total` and `captf_job_duration_seconds`.
+    JobResult {
+        Succeeded => "succeeded",
+        Failed => "failed",
+        Deadline => "deadline",
+        Interrupted => "interrupted",
+        Blocked => "blocked",
+        PlanChanged => "plan_changed",
+    }
+);
+
+label_values!(
+    /// The `step` label: a runner step, or `none` when an error has no step.
+    Step {
+        Init => "init",
+        ForceUnlock => "force-unlock",
+        Validate => "validate",
+        Plan => "plan",
+        ShowJson => "show-json",
+        Apply => "apply",
+        ApplyRefreshOnly => "apply-refresh-only",
+        Destroy => "destroy",
+        StatePush => "state-push",
+        StateList => "state-list",
+        Prepare => "prepare",
+        Other => "other",
+        NoStep => "none",
+    }
+);
+
+label_values!(
+    /// The `error_kind` label of `captf_job_errors_total`.
+    JobErrorKind {
+        Step => "step",
+        ImageLayout => "image-layout",
+        Interrupted => "interrupted",
+        Blocked => "blocked",
+        PlanChanged => "plan-changed",
+        Deadline => "deadline",
+        Unknown => "unknown",
+    }
+);
+
+label_values!(
+    /// The `action` label of resource changes (drift never counts `import`).
+    ResourceAction {
+        Add => "add",
+        Change => "change",
+        Destroy => "destroy",
+        Import => "import",
+    }
+);
+
+label_values!(
+    /// The `reason` label of `captf_state_read_errors_total`.
+    StateReadError {
+        Inconsistent => "inconsistent",
+        Encrypted => "encrypted",
+        Corrupt => "corrupt",
+        Lost => "lost",
+        Locked => "locked",
+    }
+);
+
+label_values!(
+    /// The `reason` label of `captf_identity_denied_total`.
+    IdentityDenied {
+        NotFound => "notfound",
+        Namespace => "namespace",
+    }
+);
+
+label_values!(
+    /// The `action` label of `captf_remediation_requests_total`.
+    RemediationAction {
+        Requested => "requested",
+        Withdrawn => "withdrawn",
+    }
+);
+
+label_values!(
+    /// The `reason` label of `captf_lease_waits_total`.
+    LeaseWait {
+        RunLease => "run_lease",
+        ClusterOperation => "cluster_operation",
+        MachineOperations => "machine_operations",
+    }
+);
+
+label_values!(
+    /// The `result` label of `captf_state_backups_total`.
+    BackupResult {
+        Taken => "taken",
+        Pruned => "pruned",
+        Skipped => "skipped",
+    }
+);
+
+label_values!(
+    /// The `result` label of `captf_state_restores_total`.
+    RestoreResult {
+        Succeeded => "succeeded",
+        Failed => "failed",
+        NotFound => "not_found",
+    }
+);
+
+label_values!(
+    /// The `result` label of `captf_plan_approvals_total`.
+    ApprovalResult {
+        Approved => "approved",
+        Changed => "changed",
+    }
+);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobLabels {
+    pub kind: Kind,
+    pub op: Op,
+    pub result: JobResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobStepLabels {
+    pub kind: Kind,
+    pub op: Op,
+    pub step: Step,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindOpLabels {
+    pub kind: Kind,
+    pub op: Op,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct JobErrorLabels {
+    pub kind: Kind,
+    pub op: Op,
+    pub error_kind: JobErrorKind,
+    pub step: Step,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceChangeLabels {
+    pub kind: Kind,
+    pub op: Op,
+    pub action: ResourceAction,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DriftLabels {
+    pub kind: Kind,
+    pub action: ResourceAction,
+}
+
+/// A decision's reason is a constant of the decision code, hence `'static`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    pub kind: Kind,
+    pub op: Op,
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StateReadErrorLabels {
+    pub kind: Kind,
+    pub reason: StateReadError,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindReasonLabels {
+    pub kind: Kind,
+    pub reason: &'static str,
+}
+
+/// One object's series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectLabels {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectLabels {
+    pub fn new(kind: Kind, namespace: &str, name: &str) -> Self {
+        Self {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObjectOpLabels {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+    pub op: Op,
+}
+
+/// A TerraformMachine's series (the kind is implied).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MachineLabels {
+    pub namespace: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: Kind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IdentityDeniedLabels {
+    pub reason: IdentityDenied,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RemediationLabels {
+    pub action: RemediationAction,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseWaitLabels {
+    pub kind: Kind,
+    pub reason: LeaseWait,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BackupLabels {
+    pub kind: Kind,
+    pub result: BackupResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RestoreLabels {
+    pub kind: Kind,
+    pub result: RestoreResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApprovalLabels {
+    pub kind: Kind,
+    pub result: ApprovalResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildInfoLabels {
+    version: &'static str,
+    commit: &'static str,
+    contract: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+// Buckets sized for Terraform Jobs: seconds to an hour and more.
+fn job_duration_buckets() -> Histogram {
+    Histogram::new([
+        10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0, 7200.0,
+    ])
+}
+
+fn job_step_buckets() -> Histogram {
+    Histogram::new([
+        0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+    ])
+}
+
+// Includes 300 s, the queue alert's threshold.
+fn job_queue_buckets() -> Histogram {
+    Histogram::new([1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0])
+}
+
+fn job_attempt_buckets() -> Histogram {
+    Histogram::new([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 15.0, 20.0])
+}
+
+/// The manager's metrics. Cloning a family shares its series, so handing
+/// `&Metrics` (or an `Arc`) to each reconciler is enough.
+pub struct Metrics {
+    registry: Registry,
+    /// `captf_jobs_total`: finished Jobs.
+    pub jobs: Family<JobLabels, Counter>,
+    /// `captf_job_duration_seconds`: Job start to finish.
+    pub job_duration: HistogramFamily<JobLabels>,
+    /// `captf_job_step_duration_seconds`.
+    pub job_step_duration: HistogramFamily<JobStepLabels>,
+    /// `captf_job_queue_seconds`: Job creation to the source container's start.
+    pub job_queue: HistogramFamily<KindOpLabels>,
+    /// `captf_job_errors_total`.
+    pub job_errors: Family<JobErrorLabels, Counter>,
+    /// `captf_jobs_active`.
+    pub jobs_active: Family<KindOpLabels, Gauge>,
+    /// `captf_job_attempts`: for a succeeded Job, 1 + the failed Jobs of its op since the last success.
+    pub job_attempts: HistogramFamily<KindOpLabels>,
+    /// `captf_resources_changed_total`.
+    pub resources_changed: Family<ResourceChangeLabels, Counter>,
+    /// `captf_drift_resources_total`.
+    pub drift_resources: Family<DriftLabels, Counter>,
+    /// `captf_reconcile_op_decisions_total`.
+    pub reconcile_op_decisions: Family<DecisionLabels, Counter>,
+    /// `captf_state_read_errors_total`.
+    pub state_read_errors: Family<StateReadErrorLabels, Counter>,
+    /// `captf_outputs_invalid_total`: transitions to invalid outputs.
+    pub outputs_invalid: Family<KindReasonLabels, Counter>,
+    /// `captf_drift_detected`: 1 or 0 per object.
+    pub drift_detected: Family<ObjectLabels, Gauge>,
+    /// `captf_ready`: 1 True, 0 False, -1 Unknown per object.
+    pub ready: Family<ObjectLabels, Gauge>,
+    /// `captf_infrastructure_healthy`: 1, 0 or -1 per object.
+    pub infrastructure_healthy: Family<ObjectLabels, Gauge>,
+    /// `captf_state_resources`: managed resources in the state.
+    pub state_resources: Family<ObjectLabels, Gauge>,
+    /// `captf_state_bytes`: compressed state size over all its Secrets.
+    pub state_bytes: Family<ObjectLabels, Gauge>,
+    /// `captf_inputs_bytes`: rendered input size, also when over the cap.
+    pub inputs_bytes: Family<ObjectLabels, Gauge>,
+    /// `captf_last_success_timestamp_seconds`: Unix time of the newest success per op.
+    pub last_success_timestamp: Family<ObjectOpLabels, Gauge>,
+    /// `captf_unhealthy_samples`: a TerraformMachine's status.unhealthySamples.
+    pub unhealthy_samples: Family<MachineLabels, Gauge>,
+    /// `captf_lock_force_unlocks_total`.
+    pub lock_force_unlocks: Family<KindLabels, Counter>,
+    /// `captf_identity_denied_total`.
+    pub identity_denied: Family<IdentityDeniedLabels, Counter>,
+    /// `captf_image_inspect_errors_total`.
+    pub image_inspect_errors: Family<ReasonLabels, Counter>,
+    /// `captf_inputs_hash_changes_total`: applies started by an input change.
+    pub inputs_hash_changes: Family<KindLabels, Counter>,
+    /// `captf_remediation_requests_total`.
+    pub remediation_requests: Family<RemediationLabels, Counter>,
+    /// `captf_destructive_plan_approvals_consumed_total`.
+    pub destructive_plan_approvals_consumed: Family<KindLabels, Counter>,
+    /// `captf_lease_waits_total`: once per wait.
+    pub lease_waits: Family<LeaseWaitLabels, Counter>,
+    /// `captf_state_backups_total`.
+    pub state_backups: Family<BackupLabels, Counter>,
+    /// `captf_state_restores_total`.
+    pub state_restores: Family<RestoreLabels, Counter>,
+    /// `captf_plan_approvals_total`.
+    pub plan_approvals: Family<ApprovalLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("captf");
+
+        let build_info = Family::<BuildInfoLabels, Gauge>::default();
+        build_info
+            .get_or_create(&BuildInfoLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                // Set by the release build; a local build has no commit to name.
+                commit: option_env!("CAPTF_GIT_COMMIT").unwrap_or("unknown"),
+                contract: CONTRACT,
+            })
+            .set(1);
+        registry.register("build_info", "Build information; always 1", build_info);
+
+        let metrics = Self {
+            jobs: Family::default(),
+            job_duration: Family::new_with_constructor(job_duration_buckets),
+            job_step_duration: Family::new_with_constructor(job_step_buckets),
+            job_queue: Family::new_with_constructor(job_queue_buckets),
+            job_errors: Family::default(),
+            jobs_active: Family::default(),
+            job_attempts: Family::new_with_constructor(job_attempt_buckets),
+            resources_changed: Family::default(),
+            drift_resources: Family::default(),
+            reconcile_op_decisions: Family::default(),
+            state_read_errors: Family::default(),
+            outputs_invalid: Family::default(),
+            drift_detected: Family::default(),
+            ready: Family::default(),
+            infrastructure_healthy: Family::default(),
+            state_resources: Family::default(),
+            state_bytes: Family::default(),
+            inputs_bytes: Family::default(),
+            last_success_timestamp: Family::default(),
+            unhealthy_samples: Family::default(),
+            lock_force_unlocks: Family::default(),
+            identity_denied: Family::default(),
+            image_inspect_errors: Family::default(),
+            inputs_hash_changes: Family::default(),
+            remediation_requests: Family::default(),
+            destructive_plan_approvals_consumed: Family::default(),
+            lease_waits: Family::default(),
+            state_backups: Family::default(),
+            state_restores: Family::default(),
+            plan_approvals: Family::default(),
+            registry: Registry::default(),
+        };
+        // Counters get `_total` and units their suffix from the registry.
+        let r = &mut registry;
+        let m = &metrics;
+        r.register("jobs", "Finished Jobs by result", m.jobs.clone());
+        r.register_with_unit(
+            "job_duration",
+            "Job start to finish",
+            Unit::Seconds,
+            m.job_duration.clone(),
+        );
+        r.register_with_unit(
+            "job_step_duration",
+            "Runner step duration",
+            Unit::Seconds,
+            m.job_step_duration.clone(),
+        );
+        r.register_with_unit(
+            "job_queue",
+            "Job creation to the source container's start",
+            Unit::Seconds,
+            m.job_queue.clone(),
+        );
+        r.register(
+            "job_errors",
+            "Failed Jobs by error kind and step",
+            m.job_errors.clone(),
+        );
+        r.register("jobs_active", "Jobs running now", m.jobs_active.clone());
+        r.register(
+            "job_attempts",
+            "Attempts of an operation up to its success",
+            m.job_attempts.clone(),
+        );
+        r.register(
+            "resources_changed",
+            "Resources changed by Jobs",
+            m.resources_changed.clone(),
+        );
+        r.register(
+            "drift_resources",
+            "Resources found drifted",
+            m.drift_resources.clone(),
+        );
+        r.register(
+            "reconcile_op_decisions",
+            "Operation decisions; op none when nothing is due",
+            m.reconcile_op_decisions.clone(),
+        );
+        r.register(
+            "state_read_errors",
+            "State read failures",
+            m.state_read_errors.clone(),
+        );
+        r.register(
+            "outputs_invalid",
+            "Transitions to invalid outputs",
+            m.outputs_invalid.clone(),
+        );
+        r.register(
+            "drift_detected",
+            "1 when the object's infrastructure drifted",
+            m.drift_detected.clone(),
+        );
+        r.register(
+            "ready",
+            "Ready condition: 1 True, 0 False, -1 Unknown",
+            m.ready.clone(),
+        );
+        r.register(
+            "infrastructure_healthy",
+            "Infrastructure health: 1, 0, -1 unknown",
+            m.infrastructure_healthy.clone(),
+        );
+        r.register(
+            "state_resources",
+            "Managed resources in the state",
+            m.state_resources.clone(),
+        );
+        r.register_with_unit(
+            "state",
+            "Compressed state size over its Secrets",
+            Unit::Bytes,
+            m.state_bytes.clone(),
+        );
+        r.register_with_unit(
+            "inputs",
+            "Rendered input size",
+            Unit::Bytes,
+            m.inputs_bytes.clone(),
+        );
+        r.register_with_unit(
+            "last_success_timestamp",
+            "Unix time of the newest success per operation",
+            Unit::Seconds,
+            m.last_success_timestamp.clone(),
+        );
+        r.register(
+            "unhealthy_samples",
+            "A TerraformMachine's unhealthy samples",
+            m.unhealthy_samples.clone(),
+        );
+        r.register(
+            "lock_force_unlocks",
+            "State locks force-unlocked",
+            m.lock_force_unlocks.clone(),
+        );
+        r.register(
+            "identity_denied",
+            "Identity references refused",
+            m.identity_denied.clone(),
+        );
+        r.register(
+            "image_inspect_errors",
+            "Failures resolving template capacity from the image",
+            m.image_inspect_errors.clone(),
+        );
+        r.register(
+            "inputs_hash_changes",
+            "Applies started by an input change",
+            m.inputs_hash_changes.clone(),
+        );
+        r.register(
+            "remediation_requests",
+            "Remediation requests and withdrawals",
+            m.remediation_requests.clone(),
+        );
+        r.register(
+            "destructive_plan_approvals_consumed",
+            "Destructive plan approvals used",
+            m.destructive_plan_approvals_consumed.clone(),
+        );
+        r.register("lease_waits", "Waits for a lease", m.lease_waits.clone());
+        r.register(
+            "state_backups",
+            "State backups taken, pruned or skipped",
+            m.state_backups.clone(),
+        );
+        r.register("state_restores", "State restores", m.state_restores.clone());
+        r.register("plan_approvals", "Plan approvals", m.plan_approvals.clone());
+        Self {
+            registry,
+            ..metrics
+        }
+    }
+
+    /// Removes every series of one object; call it when the object is gone.
+    pub fn forget(&self, kind: Kind, namespace: &str, name: &str) {
+        let object = ObjectLabels::new(kind, namespace, name);
+        for family in [
+            &self.drift_detected,
+            &self.ready,
+            &self.infrastructure_healthy,
+            &self.state_resources,
+            &self.state_bytes,
+            &self.inputs_bytes,
+        ] {
+            family.remove(&object);
+        }
+        for op in Op::ALL {
+            self.last_success_timestamp.remove(&ObjectOpLabels {
+                kind,
+                namespace: namespace.into(),
+                name: name.into(),
+                op: *op,
+            });
+        }
+        if kind == Kind::TerraformMachine {
+            self.unhealthy_samples.remove(&MachineLabels {
+                namespace: namespace.into(),
+                name: name.into(),
+            });
+        }
+    }
+
+    /// The OpenMetrics text of every metric.
+    pub fn encode(&self) -> Result<String, fmt::Error> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry)?;
+        Ok(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (name on the wire, type) of every family of ref §5.
+    const FAMILIES: [(&str, &str); 31] = [
+        ("captf_jobs", "counter"),
+        ("captf_job_duration_seconds", "histogram"),
+        ("captf_job_step_duration_seconds", "histogram"),
+        ("captf_job_queue_seconds", "histogram"),
+        ("captf_job_errors", "counter"),
+        ("captf_jobs_active", "gauge"),
+        ("captf_job_attempts", "histogram"),
+        ("captf_resources_changed", "counter"),
+        ("captf_drift_resources", "counter"),
+        ("captf_reconcile_op_decisions", "counter"),
+        ("captf_state_read_errors", "counter"),
+        ("captf_outputs_invalid", "counter"),
+        ("captf_drift_detected", "gauge"),
+        ("captf_ready", "gauge"),
+        ("captf_infrastructure_healthy", "gauge"),
+        ("captf_state_resources", "gauge"),
+        ("captf_state_bytes", "gauge"),
+        ("captf_inputs_bytes", "gauge"),
+        ("captf_last_success_timestamp_seconds", "gauge"),
+        ("captf_unhealthy_samples", "gauge"),
+        ("captf_lock_force_unlocks", "counter"),
+        ("captf_identity_denied", "counter"),
+        ("captf_image_inspect_errors", "counter"),
+        ("captf_inputs_hash_changes", "counter"),
+        ("captf_remediation_requests", "counter"),
+        ("captf_destructive_plan_approvals_consumed", "counter"),
+        ("captf_lease_waits", "counter"),
+        ("captf_state_backups", "counter"),
+        ("captf_state_restores", "counter"),
+        ("captf_plan_approvals", "counter"),
+        ("captf_build_info", "gauge"),
+    ];
+
+    /// The shipped alerts (config/prometheus/rules.yaml) use only families
+    /// registered here: a renamed metric would otherwise silence its alert.
+    #[test]
+    fn every_alert_uses_a_registered_family() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/prometheus/rules.yaml");
+        let rules: serde_json::Value =
+            serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        let rules = rules["spec"]["groups"][0]["rules"].as_array().unwrap();
+        assert_eq!(rules.len(), 11, "the eleven alerts of ref §5");
+        let m = Metrics::new();
+        touch_every_family(&m);
+        let text = m.encode().unwrap();
+        let mut used = 0;
+        for rule in rules {
+            let expr = rule["expr"].as_str().unwrap();
+            for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+                if !word.starts_with("captf_") {
+                    continue;
+                }
+                used += 1;
+                // Queries name samples; the exposition's TYPE line names the family.
+                let family = word
+                    .strip_suffix("_bucket")
+                    .or_else(|| word.strip_suffix("_total"))
+                    .unwrap_or(word);
+                assert!(
+                    text.lines().any(|l| l.strip_prefix("# TYPE ").and_then(|l| l.split(' ').next()) == Some(family)),
+                    "alert {} uses {word}, which is not registered",
+                    rule["alert"]
+                );
+            }
+        }
+        assert!(used >= 10, "only {used} metric references found");
+    }
+
+    /// One series in every family: the library shows a family only once it has one.
+    fn touch_every_family(m: &Metrics) {
+        let (kind, op) = (Kind::TerraformCluster, Op::Apply);
+        let job = JobLabels {
+            kind,
+            op,
+            result: JobResult::Succeeded,
+        };
+        let kind_op = KindOpLabels { kind, op };
+        let object = ObjectLabels::new(kind, "ns", "name");
+        m.jobs.get_or_create(&job).inc();
+        m.job_duration.get_or_create(&job).observe(1.0);
+        m.job_step_duration
+            .get_or_create(&JobStepLabels {
+                kind,
+                op,
+                step: Step::Init,
+            })
+            .observe(1.0);
+        m.job_queue.get_or_create(&kind_op).observe(1.0);
+        m.job_errors
+            .get_or_create(&JobErrorLabels {
+                kind,
+                op,
+                error_kind: JobErrorKind::Step,
+                step: Step::Apply,
+            })
+            .inc();
+        m.jobs_active.get_or_create(&kind_op).set(1);
+        m.job_attempts.get_or_create(&kind_op).observe(1.0);
+        m.resources_changed
+            .get_or_create(&ResourceChangeLabels {
+                kind,
+                op,
+                action: ResourceAction::Add,
+            })
+            .inc();
+        m.drift_resources
+            .get_or_create(&DriftLabels {
+                kind,
+                action: ResourceAction::Change,
+            })
+            .inc();
+        m.reconcile_op_decisions
+            .get_or_create(&DecisionLabels {
+                kind,
+                op: Op::Nothing,
+                reason: "UpToDate",
+            })
+            .inc();
+        m.state_read_errors
+            .get_or_create(&StateReadErrorLabels {
+                kind,
+                reason: StateReadError::Corrupt,
+            })
+            .inc();
+        m.outputs_invalid
+            .get_or_create(&KindReasonLabels {
+                kind,
+                reason: "Schema",
+            })
+            .inc();
+        for family in [
+            &m.drift_detected,
+            &m.ready,
+            &m.infrastructure_healthy,
+            &m.state_resources,
+            &m.state_bytes,
+            &m.inputs_bytes,
+        ] {
+            family.get_or_create(&object).set(1);
+        }
+        m.last_success_timestamp
+            .get_or_create(&ObjectOpLabels {
+                kind,
+                namespace: "ns".into(),
+                name: "name".into(),
+                op: Op::Drift,
+            })
+            .set(1);
+        m.unhealthy_samples
+            .get_or_create(&MachineLabels {
+                namespace: "ns".into(),
+                name: "name".into(),
+            })
+            .set(1);
+        for family in [
+            &m.lock_force_unlocks,
+            &m.inputs_hash_changes,
+            &m.destructive_plan_approvals_consumed,
+        ] {
+            family.get_or_create(&KindLabels { kind }).inc();
+        }
+        m.identity_denied
+            .get_or_create(&IdentityDeniedLabels {
+                reason: IdentityDenied::NotFound,
+            })
+            .inc();
+        m.image_inspect_errors
+            .get_or_create(&ReasonLabels { reason: "Pull" })
+            .inc();
+        m.remediation_requests
+            .get_or_create(&RemediationLabels {
+                action: RemediationAction::Requested,
+            })
+            .inc();
+        m.lease_waits
+            .get_or_create(&LeaseWaitLabels {
+                kind,
+                reason: LeaseWait::RunLease,
+            })
+            .inc();
+        m.state_backups
+            .get_or_create(&BackupLabels {
+                kind,
+                result: BackupResult::Taken,
+            })
+            .inc();
+        m.state_restores
+            .get_or_create(&RestoreLabels {
+                kind,
+                result: RestoreResult::NotFound,
+            })
+            .inc();
+        m.plan_approvals
+            .get_or_create(&ApprovalLabels {
+                kind,
+                result: ApprovalResult::Approved,
+            })
+            .inc();
+    }
+
+    #[test]
+    fn every_family_is_registered_with_its_name_and_type() {
+        let m = Metrics::new();
+        touch_every_family(&m);
+        let text = m.encode().unwrap();
+        let mut got: Vec<(&str, &str)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_once(' '))
+            .collect();
+        got.sort();
+        let mut want = FAMILIES.to_vec();
+        want.sort();
+        assert_eq!(got, want);
+        assert!(text.ends_with("# EOF\n"));
+        // Counters get their `_total` on the samples.
+        assert!(
+            text.contains(
+                "captf_destructive_plan_approvals_consumed_total{kind=\"TerraformCluster\"} 1"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn build_info_is_one_with_version_commit_and_contract() {
+        let text = Metrics::new().encode().unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("captf_build_info{"))
+            .expect("a captf_build_info sample");
+        assert!(line.ends_with("} 1"), "{line}");
+        for label in ["version=\"0.", "commit=\"", "contract=\"v1alpha1\""] {
+            assert!(line.contains(label), "{line}");
+        }
+    }
+
+    #[test]
+    fn samples_carry_the_wire_names_of_their_labels() {
+        let m = Metrics::new();
+        m.jobs
+            .get_or_create(&JobLabels {
+                kind: Kind::TerraformCluster,
+                op: Op::Apply,
+                result: JobResult::PlanChanged,
+            })
+            .inc();
+        m.job_errors
+            .get_or_create(&JobErrorLabels {
+                kind: Kind::TerraformMachine,
+                op: Op::Destroy,
+                error_kind: JobErrorKind::ImageLayout,
+                step: Step::NoStep,
+            })
+            .inc();
+        m.job_duration
+            .get_or_create(&JobLabels {
+                kind: Kind::TerraformMachinePool,
+                op: Op::Drift,
+                result: JobResult::Succeeded,
+            })
+            .observe(42.0);
+        let text = m.encode().unwrap();
+        for sample in [
+            "captf_jobs_total{kind=\"TerraformCluster\",op=\"apply\",result=\"plan_changed\"} 1",
+            "captf_job_errors_total{kind=\"TerraformMachine\",op=\"destroy\",error_kind=\"image-layout\",step=\"none\"} 1",
+            "captf_job_duration_seconds_bucket{le=\"60.0\",kind=\"TerraformMachinePool\",op=\"drift\",result=\"succeeded\"} 1",
+            "captf_job_duration_seconds_bucket{le=\"30.0\",kind=\"TerraformMachinePool\",op=\"drift\",result=\"succeeded\"} 0",
+        ] {
+            assert!(text.contains(sample), "missing {sample} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn forgetting_an_object_removes_its_series_only() {
+        let m = Metrics::new();
+        for name in ["gone", "stays"] {
+            let object = ObjectLabels::new(Kind::TerraformMachine, "ns", name);
+            for family in [
+                &m.drift_detected,
+                &m.ready,
+                &m.infrastructure_healthy,
+                &m.state_resources,
+                &m.state_bytes,
+                &m.inputs_bytes,
+            ] {
+                family.get_or_create(&object).set(1);
+            }
+            for op in [Op::Drift, Op::Refresh, Op::Apply] {
+                m.last_success_timestamp
+                    .get_or_create(&ObjectOpLabels {
+                        kind: Kind::TerraformMachine,
+                        namespace: "ns".into(),
+                        name: name.into(),
+                        op,
+                    })
+                    .set(1_700_000_000);
+            }
+            m.unhealthy_samples
+                .get_or_create(&MachineLabels {
+                    namespace: "ns".into(),
+                    name: name.into(),
+                })
+                .set(2);
+        }
+        // Same name, other kind: not this object.
+        m.ready
+            .get_or_create(&ObjectLabels::new(Kind::TerraformCluster, "ns", "gone"))
+            .set(1);
+
+        m.forget(Kind::TerraformMachine, "ns", "gone");
+        let text = m.encode().unwrap();
+        let samples = |name: &str| {
+            text.lines()
+                .filter(|l| !l.starts_with('#') && l.contains(&format!("name=\"{name}\"")))
+                .count()
+        };
+        assert_eq!(samples("stays"), 6 + 3 + 1);
+        assert_eq!(samples("gone"), 1, "{text}");
+        assert!(
+            text.contains(
+                "captf_ready{kind=\"TerraformCluster\",namespace=\"ns\",name=\"gone\"} 1"
+            )
+        );
+    }
+
+    #[test]
+    fn label_values_are_distinct() {
+        fn distinct(values: Vec<&'static str>) {
+            let mut sorted = values.clone();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted.len(), values.len(), "{values:?}");
+        }
+        distinct(Kind::ALL.iter().map(|v| v.as_str()).collect());
+        distinct(Op::ALL.iter().map(|v| v.as_str()).collect());
+        distinct(Step::ALL.iter().map(|v| v.as_str()).collect());
+        distinct(JobErrorKind::ALL.iter().map(|v| v.as_str()).collect());
+        distinct(JobResult::ALL.iter().map(|v| v.as_str()).collect());
+    }
+}

@@ -1,0 +1,391 @@
+//! The rules as the webhook server calls them: [`Webhooks`] implements
+//! [`AdmissionHandler`]. It decodes the request, applies the pure rules of
+//! [`super::validate`] and [`super::defaults`], and gathers from the API
+//! server what the deletion and identity rules need (ref §1.4 rules 10, 12).
+//! A lookup that fails denies the request: the webhook fails closed, like its
+//! `failurePolicy: Fail`.
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation as AdmissionOperation};
+use serde_json::Value;
+use tracing::warn;
+
+use super::defaults::defaults;
+use super::rules::{self, Violation};
+use super::validate::{Operation, Review, Verdict, validate};
+use crate::api::{
+    IdentityReference, TerraformCluster, TerraformClusterIdentity, TerraformMachine,
+    TerraformMachinePool,
+};
+use crate::server::webhook::AdmissionHandler;
+
+const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+const DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
+
+/// The validating and defaulting webhooks. Without a client, the rules that
+/// need the API server deny what they cannot check.
+#[derive(Clone)]
+pub struct Webhooks {
+    client: Option<kube::Client>,
+}
+
+impl Webhooks {
+    pub fn new(client: kube::Client) -> Self {
+        Self { client: Some(client) }
+    }
+
+    /// Only the rules that need nothing but the request: for tests of the
+    /// pure rules through the real handler.
+    pub fn offline() -> Self {
+        Self { client: None }
+    }
+}
+
+fn operation(request: &AdmissionRequest<DynamicObject>) -> Option<Operation> {
+    match request.operation {
+        AdmissionOperation::Create => Some(Operation::Create),
+        AdmissionOperation::Update => Some(Operation::Update),
+        AdmissionOperation::Delete => Some(Operation::Delete),
+        AdmissionOperation::Connect => None,
+    }
+}
+
+fn to_value(object: Option<&DynamicObject>) -> Result<Option<Value>, Violation> {
+    object
+        .map(serde_json::to_value)
+        .transpose()
+        .map_err(|e| Violation::invalid("object", format!("cannot be read: {e}"), None))
+}
+
+/// The response for a verdict: the first violation's code, every
+/// violation's message, and the warnings.
+fn respond(request: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> AdmissionResponse {
+    let mut response = AdmissionResponse::from(request);
+    if let Some(first) = verdict.violations.first() {
+        let code = first.code();
+        let message = verdict
+            .violations
+            .iter()
+            .map(Violation::message)
+            .collect::<Vec<_>>()
+            .join("; ");
+        response = response.deny(message);
+        response.result.code = code;
+        response.result.reason = if code == 403 { "Forbidden" } else { "Invalid" }.into();
+    }
+    if !verdict.warnings.is_empty() {
+        response.warnings = Some(verdict.warnings);
+    }
+    response
+}
+
+impl AdmissionHandler for Webhooks {
+    async fn validate(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        let mut verdict = Verdict::default();
+        let decoded = (|| Ok::<_, Violation>((to_value(request.object.as_ref())?, to_value(request.old_object.as_ref())?)))();
+        match (operation(request), decoded) {
+            (None, _) => {}
+            (_, Err(violation)) => verdict.violations.push(violation),
+            (Some(op), Ok((object, old_object))) => {
+                let review = Review {
+                    operation: op,
+                    kind: &request.kind.kind,
+                    object: object.as_ref(),
+                    old_object: old_object.as_ref(),
+                    dry_run: request.dry_run,
+                };
+                verdict = validate(&review);
+                if verdict.violations.is_empty()
+                    && let Err(violation) = self.with_api_server(request, &review).await
+                {
+                    verdict.violations.push(violation);
+                }
+            }
+        }
+        respond(request, verdict)
+    }
+
+    async fn mutate(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        let object = match to_value(request.object.as_ref()) {
+            Ok(Some(object)) => object,
+            Ok(None) => return AdmissionResponse::from(request),
+            Err(violation) => {
+                return respond(request, Verdict { violations: vec![violation], warnings: vec![] });
+            }
+        };
+        let ops = defaults(&request.kind.kind, &object);
+        if ops.is_empty() {
+            return AdmissionResponse::from(request);
+        }
+        match AdmissionResponse::from(request).with_patch(json_patch::Patch(ops)) {
+            Ok(response) => response,
+            Err(e) => AdmissionResponse::from(request).deny(format!("building the defaults patch: {e}")),
+        }
+    }
+}
+
+impl Webhooks {
+    /// The rules that need the API server; `Err` is the refusal.
+    async fn with_api_server(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        review: &Review<'_>,
+    ) -> Result<(), Violation> {
+        match (review.kind, review.operation) {
+            ("TerraformClusterIdentity", Operation::Create | Operation::Update) => {
+                self.identity_secret_readable(request, review).await
+            }
+            ("TerraformClusterIdentity", Operation::Delete) => self.identity_unused(review).await,
+            ("TerraformMachine", Operation::Delete) => self.machine_deletable(review).await,
+            _ => Ok(()),
+        }
+    }
+
+    fn client(&self, what: &str) -> Result<kube::Client, Violation> {
+        self.client
+            .clone()
+            .ok_or_else(|| Violation::forbidden("object", format!("cannot be checked: {what} needs the API server"), None))
+    }
+
+    /// Rule 12: on create, and when spec.secretRef changes, the requesting
+    /// user must be allowed to get the Secret the identity names; otherwise
+    /// an identity would hand out credentials its creator cannot read.
+    async fn identity_secret_readable(
+        &self,
+        request: &AdmissionRequest<DynamicObject>,
+        review: &Review<'_>,
+    ) -> Result<(), Violation> {
+        let decode = |v: Option<&Value>| {
+            v.map(|v| serde_json::from_value::<TerraformClusterIdentity>(v.clone()))
+                .transpose()
+                .map_err(|e| Violation::invalid("object", e.to_string(), None))
+        };
+        let Some(new) = decode(review.object)? else { return Ok(()) };
+        let old = decode(review.old_object)?;
+        if old.is_some_and(|old| old.spec.secret_ref == new.spec.secret_ref) {
+            return Ok(());
+        }
+        let secret = &new.spec.secret_ref;
+        let user = &request.user_info;
+        let sar = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username.clone(),
+                groups: user.groups.clone(),
+                uid: user.uid.clone(),
+                extra: user.extra.clone(),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some("get".into()),
+                    resource: Some("secrets".into()),
+                    namespace: Some(secret.namespace.clone()),
+                    name: Some(secret.name.clone()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let client = self.client("the Secret access check")?;
+        let answer = Api::<SubjectAccessReview>::all(client)
+            .create(&PostParams::default(), &sar)
+            .await
+            .map_err(|e| lookup_failed("spec.secretRef", &e))?;
+        if answer.status.is_some_and(|s| s.allowed) {
+            Ok(())
+        } else {
+            Err(Violation::forbidden(
+                "spec.secretRef",
+                format!(
+                    "the requesting user {} may not get this Secret, so may not hand it to an identity",
+                    rules::echo(user.username.as_deref().unwrap_or("(unknown)"))
+                ),
+                Some(format!("{}/{}", secret.namespace, secret.name)),
+            ))
+        }
+    }
+
+    /// Rule 12: an identity cannot be deleted while an object resolves to it
+    /// or a namespace still holds its credentials mirror.
+    async fn identity_unused(&self, review: &Review<'_>) -> Result<(), Violation> {
+        let identity: TerraformClusterIdentity = review
+            .old_object
+            .map(|v| serde_json::from_value(v.clone()))
+            .transpose()
+            .map_err(|e| Violation::invalid("object", e.to_string(), None))?
+            .ok_or_else(|| Violation::invalid("oldObject", "is missing from the request", None))?;
+        let name = identity.metadata.name.clone().unwrap_or_default();
+        let mirrored = identity
+            .status
+            .as_ref()
+            .and_then(|s| s.namespaces.clone())
+            .unwrap_or_default();
+        if !mirrored.is_empty() {
+            return Err(Violation::forbidden(
+                "metadata.name",
+                format!(
+                    "cannot be deleted while namespaces hold its credentials mirror: {}",
+                    mirrored.join(", ")
+                ),
+                Some(rules::echo(&name)),
+            ));
+        }
+        let client = self.client("the identity-in-use check")?;
+        let list = ListParams::default();
+        let failed = |e: kube::Error| lookup_failed("metadata.name", &e);
+        let clusters = Api::<TerraformCluster>::all(client.clone()).list(&list).await.map_err(failed)?;
+        let machines = Api::<TerraformMachine>::all(client.clone()).list(&list).await.map_err(failed)?;
+        let pools = Api::<TerraformMachinePool>::all(client).list(&list).await.map_err(failed)?;
+
+        let names = |r: Option<&IdentityReference>| r.map(|r| r.name.clone());
+        let mut user = None;
+        for cluster in &clusters {
+            if names(cluster.spec.workspace.identity_ref.as_ref()).as_deref() == Some(&name) {
+                user = Some(object_ref("TerraformCluster", &cluster.metadata));
+            }
+        }
+        // A machine or pool without its own ref falls back to its cluster's
+        // defaults.identityRef, then the cluster's identityRef. Its cluster
+        // is any TerraformCluster of its namespace with the same
+        // cluster-name label: counting every such cluster errs on the side
+        // of keeping the identity.
+        let fallback_uses = |meta: &kube::api::ObjectMeta| {
+            let label = meta.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL));
+            clusters.iter().any(|c| {
+                c.metadata.namespace == meta.namespace
+                    && label.is_some()
+                    && c.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)) == label
+                    && c.spec
+                        .defaults
+                        .as_ref()
+                        .and_then(|d| d.identity_ref.as_ref())
+                        .or(c.spec.workspace.identity_ref.as_ref())
+                        .is_some_and(|r| r.name == name)
+            })
+        };
+        for (kind, meta, own) in machines
+            .iter()
+            .map(|m| ("TerraformMachine", &m.metadata, m.spec.workspace.identity_ref.as_ref()))
+            .chain(pools.iter().map(|p| ("TerraformMachinePool", &p.metadata, p.spec.workspace.identity_ref.as_ref())))
+        {
+            let uses = match own {
+                Some(r) => r.name == name,
+                None => fallback_uses(meta),
+            };
+            if uses && user.is_none() {
+                user = Some(object_ref(kind, meta));
+            }
+        }
+        match user {
+            Some(user) => Err(Violation::forbidden(
+                "metadata.name",
+                format!("cannot be deleted while {user} uses it"),
+                Some(rules::echo(&name)),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Rule 10: a TerraformMachine goes only with its Machine: deletion is
+    /// allowed when it has no Machine owner, when the owning Machine that
+    /// passes the owner checks is gone or deleting, or for a clusterctl move
+    /// of a paused Cluster.
+    async fn machine_deletable(&self, review: &Review<'_>) -> Result<(), Violation> {
+        let machine: TerraformMachine = review
+            .old_object
+            .map(|v| serde_json::from_value(v.clone()))
+            .transpose()
+            .map_err(|e| Violation::invalid("object", e.to_string(), None))?
+            .ok_or_else(|| Violation::invalid("oldObject", "is missing from the request", None))?;
+        let owners: Vec<_> = machine
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .filter(|o| o.kind == "Machine" && o.api_version.starts_with("cluster.x-k8s.io/"))
+            .collect();
+        if owners.is_empty() {
+            return Ok(());
+        }
+        let client = self.client("the Machine owner check")?;
+        let namespace = machine.metadata.namespace.clone().unwrap_or_default();
+        let name = machine.metadata.name.clone().unwrap_or_default();
+        let machines = capi_api(&client, &namespace, "Machine", "machines");
+
+        if machine.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(DELETE_FOR_MOVE))
+            && let Some(cluster) = machine.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL))
+        {
+            let clusters = capi_api(&client, &namespace, "Cluster", "clusters");
+            let paused = clusters
+                .get_opt(cluster)
+                .await
+                .map_err(|e| lookup_failed("metadata.annotations", &e))?
+                .is_some_and(|c| c.data.pointer("/spec/paused") == Some(&Value::Bool(true)));
+            if paused {
+                return Ok(());
+            }
+        }
+        for owner in owners {
+            let Some(owning) = machines
+                .get_opt(&owner.name)
+                .await
+                .map_err(|e| lookup_failed("metadata.ownerReferences", &e))?
+            else {
+                continue;
+            };
+            if !passes_owner_checks(&owning, owner.uid.as_str(), &machine, &name) {
+                continue;
+            }
+            if owning.metadata.deletion_timestamp.is_none() {
+                return Err(Violation::forbidden(
+                    "metadata.ownerReferences",
+                    format!(
+                        "a TerraformMachine is deleted with its Machine: delete Machine {} instead",
+                        rules::echo(&owner.name)
+                    ),
+                    Some(rules::echo(&name)),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The owner checks of ref §3 OwnerMismatch: the Machine's infrastructureRef
+/// names this object, the ownerRef's UID is the Machine's, and the cluster
+/// names agree.
+fn passes_owner_checks(owning: &DynamicObject, owner_uid: &str, machine: &TerraformMachine, name: &str) -> bool {
+    let infra = owning.data.pointer("/spec/infrastructureRef");
+    let field = |key: &str| infra.and_then(|r| r.get(key)).and_then(Value::as_str);
+    let group_ok = match (field("apiGroup"), field("apiVersion")) {
+        (Some(group), _) => group == crate::api::GROUP,
+        (None, Some(version)) => version.starts_with(&format!("{}/", crate::api::GROUP)),
+        (None, None) => false,
+    };
+    let cluster_label = machine.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL));
+    let cluster_name = owning.data.pointer("/spec/clusterName").and_then(Value::as_str);
+    group_ok
+        && field("kind") == Some("TerraformMachine")
+        && field("name") == Some(name)
+        && owning.metadata.uid.as_deref() == Some(owner_uid)
+        && cluster_label.map(String::as_str) == cluster_name
+}
+
+fn capi_api(client: &kube::Client, namespace: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind);
+    Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk_with_plural(&gvk, plural))
+}
+
+fn object_ref(kind: &str, meta: &kube::api::ObjectMeta) -> String {
+    format!(
+        "{kind} {}/{}",
+        meta.namespace.as_deref().unwrap_or(""),
+        meta.name.as_deref().unwrap_or("")
+    )
+}
+
+fn lookup_failed(path: &str, error: &kube::Error) -> Violation {
+    warn!(%error, "an admission lookup failed; denying");
+    Violation::forbidden(path, format!("could not be checked against the API server ({error}); try again"), None)
+}

@@ -1,0 +1,7 @@
+//! The admission webhooks: defaulting and validating rules over the objects
+//! (pure), and the handlers that apply them to AdmissionReviews.
+
+pub mod defaults;
+pub mod handler;
+pub mod rules;
+pub mod validate;

@@ -1,0 +1,320 @@
+//! The validating webhook's decision for one AdmissionReview, without I/O:
+//! the rules of CONTRACT.md "Webhooks" applied to the typed objects.
+//!
+//! The rules that need the API server (an identity's SubjectAccessReview,
+//! refusing to delete an identity in use or a machine whose Machine lives)
+//! are gathered by the handler and decided by the functions here too.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::rules::{self, Violation};
+use crate::api::{
+    JobPolicy, TerraformCluster, TerraformClusterIdentity, TerraformClusterTemplate,
+    TerraformMachine, TerraformMachinePool, TerraformMachinePoolTemplate, TerraformMachineTemplate,
+    WorkspaceSpec,
+};
+use crate::image_ref::ImageRef;
+use crate::role::Role;
+
+/// The annotation that asks for a restore.
+pub const RESTORE_STATE: &str = "captf.io/restore-state";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+}
+
+/// What the rules see of an AdmissionReview.
+#[derive(Clone, Copy, Debug)]
+pub struct Review<'a> {
+    pub operation: Operation,
+    pub kind: &'a str,
+    pub object: Option<&'a Value>,
+    pub old_object: Option<&'a Value>,
+    pub dry_run: bool,
+}
+
+/// The answer: refused when any violation exists; warnings either way.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Verdict {
+    pub violations: Vec<Violation>,
+    pub warnings: Vec<String>,
+}
+
+impl Verdict {
+    fn refuse(&mut self, violation: Option<Violation>) {
+        self.violations.extend(violation);
+    }
+}
+
+/// Applies every rule that needs nothing but the review itself.
+pub fn validate(review: &Review<'_>) -> Verdict {
+    let mut verdict = Verdict::default();
+    if review.operation == Operation::Delete {
+        // Deletion rules need the API server: see the handler.
+        return verdict;
+    }
+    let result = match review.kind {
+        "TerraformCluster" => typed(review, &mut verdict, cluster),
+        "TerraformMachine" => typed(review, &mut verdict, machine),
+        "TerraformMachinePool" => typed(review, &mut verdict, machine_pool),
+        "TerraformClusterTemplate" => typed(review, &mut verdict, cluster_template),
+        "TerraformMachineTemplate" => typed(review, &mut verdict, machine_template),
+        "TerraformMachinePoolTemplate" => typed(review, &mut verdict, machine_pool_template),
+        "TerraformClusterIdentity" => typed(review, &mut verdict, identity),
+        other => Err(Violation::invalid(
+            "kind",
+            "is not a kind this webhook serves",
+            Some(rules::echo(other)),
+        )),
+    };
+    if let Err(violation) = result {
+        verdict.violations.push(violation);
+    }
+    verdict
+}
+
+type Rule<T> = fn(&T, Option<&T>, &Review<'_>, &mut Verdict);
+
+/// Decodes the new and old objects, then applies `rule`.
+fn typed<T: DeserializeOwned>(review: &Review<'_>, verdict: &mut Verdict, rule: Rule<T>) -> Result<(), Violation> {
+    let decode = |value: &Value| {
+        serde_json::from_value::<T>(value.clone()).map_err(|e| {
+            Violation::invalid("object", format!("does not match the {} schema: {e}", review.kind), None)
+        })
+    };
+    let object = review
+        .object
+        .map(decode)
+        .transpose()?
+        .ok_or_else(|| Violation::invalid("object", "is missing from the request", None))?;
+    let old = review.old_object.map(decode).transpose()?;
+    rule(&object, old.as_ref(), review, verdict);
+    Ok(())
+}
+
+fn cluster(new: &TerraformCluster, old: Option<&TerraformCluster>, review: &Review<'_>, v: &mut Verdict) {
+    workspace("spec", &new.spec.workspace, Role::Cluster, v);
+    if let Some(jobs) = new.spec.defaults.as_ref().and_then(|d| d.jobs.as_ref()) {
+        job_policy("spec.defaults.jobs", jobs, v);
+    }
+    if new.spec.workspace.identity_ref.is_none() {
+        v.refuse(Some(Violation::invalid(
+            "spec.identityRef",
+            "is required: a cluster's Jobs run with the credentials of a TerraformClusterIdentity",
+            None,
+        )));
+    }
+    if let Some(old) = old {
+        let old_endpoint = old.spec.control_plane_endpoint.as_ref();
+        if old_endpoint.and_then(|e| e.host.as_deref()).is_some_and(|h| !h.is_empty())
+            && new.spec.control_plane_endpoint.as_ref() != old_endpoint
+        {
+            let shown = |e: Option<&crate::api::ApiEndpoint>| {
+                e.map_or("unset".to_string(), |e| {
+                    format!("{}:{}", e.host.as_deref().unwrap_or(""), e.port.unwrap_or(0))
+                })
+            };
+            v.refuse(Some(Violation::invalid(
+                "spec.controlPlaneEndpoint",
+                format!("is immutable once its host is set (was {})", shown(old_endpoint)),
+                Some(shown(new.spec.control_plane_endpoint.as_ref())),
+            )));
+        }
+    }
+    restore_state(
+        new.metadata.annotations.as_ref(),
+        old.map(|o| (o.metadata.annotations.as_ref(), backups(o.status.as_ref().map(|s| &s.workspace)))),
+        deleting(&new.metadata, old.map(|o| &o.metadata)),
+        review,
+        v,
+    );
+}
+
+fn machine(new: &TerraformMachine, old: Option<&TerraformMachine>, review: &Review<'_>, v: &mut Verdict) {
+    workspace("spec", &new.spec.workspace, Role::Machine, v);
+    if let Some(old) = old {
+        let (n, o) = (&new.spec.workspace, &old.spec.workspace);
+        const RULE: &str = "is immutable: a machine is re-created, never re-applied with other inputs";
+        v.refuse(rules::immutable("spec.source", &o.source, &n.source, RULE));
+        v.refuse(rules::immutable("spec.identityRef", &o.identity_ref, &n.identity_ref, RULE));
+        v.refuse(rules::immutable("spec.variables", &o.variables, &n.variables, RULE));
+        v.refuse(rules::immutable("spec.variablesFrom", &o.variables_from, &n.variables_from, RULE));
+        v.refuse(rules::set_once(
+            "spec.providerID",
+            old.spec.provider_id.as_deref(),
+            new.spec.provider_id.as_deref(),
+        ));
+    }
+    restore_state(
+        new.metadata.annotations.as_ref(),
+        old.map(|o| (o.metadata.annotations.as_ref(), backups(o.status.as_ref().map(|s| &s.workspace)))),
+        deleting(&new.metadata, old.map(|o| &o.metadata)),
+        review,
+        v,
+    );
+}
+
+fn machine_pool(
+    new: &TerraformMachinePool,
+    old: Option<&TerraformMachinePool>,
+    review: &Review<'_>,
+    v: &mut Verdict,
+) {
+    workspace("spec", &new.spec.workspace, Role::MachinePool, v);
+    restore_state(
+        new.metadata.annotations.as_ref(),
+        old.map(|o| (o.metadata.annotations.as_ref(), backups(o.status.as_ref().map(|s| &s.workspace)))),
+        deleting(&new.metadata, old.map(|o| &o.metadata)),
+        review,
+        v,
+    );
+}
+
+const TEMPLATE_SPEC: &str = "spec.template.spec";
+const TEMPLATE_RULE: &str =
+    "is immutable after creation: create a new template and point the ClusterClass or MachineDeployment at it";
+
+fn template_immutable<T: PartialEq>(old: Option<&T>, new: &T, review: &Review<'_>, v: &mut Verdict) {
+    // The ClusterClass controller checks a changed template with a
+    // server-side dry run; that must pass for it to report the change.
+    if let Some(old) = old
+        && !review.dry_run
+    {
+        v.refuse(rules::immutable(TEMPLATE_SPEC, old, new, TEMPLATE_RULE));
+    }
+}
+
+fn cluster_template(
+    new: &TerraformClusterTemplate,
+    old: Option<&TerraformClusterTemplate>,
+    review: &Review<'_>,
+    v: &mut Verdict,
+) {
+    let spec = &new.spec.template.spec;
+    workspace(TEMPLATE_SPEC, &spec.workspace, Role::Cluster, v);
+    if let Some(jobs) = spec.defaults.as_ref().and_then(|d| d.jobs.as_ref()) {
+        job_policy("spec.template.spec.defaults.jobs", jobs, v);
+    }
+    template_immutable(old.map(|o| &o.spec.template.spec), spec, review, v);
+}
+
+fn machine_template(
+    new: &TerraformMachineTemplate,
+    old: Option<&TerraformMachineTemplate>,
+    review: &Review<'_>,
+    v: &mut Verdict,
+) {
+    let spec = &new.spec.template.spec;
+    workspace(TEMPLATE_SPEC, &spec.workspace, Role::Machine, v);
+    template_immutable(old.map(|o| &o.spec.template.spec), spec, review, v);
+}
+
+fn machine_pool_template(
+    new: &TerraformMachinePoolTemplate,
+    old: Option<&TerraformMachinePoolTemplate>,
+    review: &Review<'_>,
+    v: &mut Verdict,
+) {
+    let spec = &new.spec.template.spec;
+    workspace(TEMPLATE_SPEC, &spec.workspace, Role::MachinePool, v);
+    template_immutable(old.map(|o| &o.spec.template.spec), spec, review, v);
+}
+
+fn identity(
+    new: &TerraformClusterIdentity,
+    _old: Option<&TerraformClusterIdentity>,
+    _review: &Review<'_>,
+    v: &mut Verdict,
+) {
+    if let Some(allowed) = &new.spec.allowed_namespaces {
+        v.refuse(rules::allowed_namespaces_not_empty(
+            "spec.allowedNamespaces",
+            allowed.list.is_some(),
+            allowed.selector.is_some(),
+        ));
+    }
+}
+
+/// The rules for the fields every workload kind shares, under `path`.
+fn workspace(path: &str, spec: &WorkspaceSpec, role: Role, v: &mut Verdict) {
+    if let Err(e) = ImageRef::parse(&spec.source.image) {
+        v.refuse(Some(Violation::invalid(
+            format!("{path}.source.image"),
+            format!("must be an OCI image reference: it {e}"),
+            Some(rules::echo(&spec.source.image)),
+        )));
+    }
+    if let Some(jobs) = &spec.jobs {
+        job_policy(&format!("{path}.jobs"), jobs, v);
+    }
+    if let Some(variables) = &spec.variables {
+        let object = Value::Object(variables.0.clone().into_iter().collect());
+        v.violations
+            .extend(rules::variables(&format!("{path}.variables"), &object, role));
+    }
+    for (i, source) in spec.variables_from.iter().flatten().enumerate() {
+        v.refuse(rules::variables_source_exactly_one(
+            &format!("{path}.variablesFrom[{i}]"),
+            source.config_map_ref.is_some(),
+            source.secret_ref.is_some(),
+        ));
+    }
+}
+
+fn job_policy(path: &str, jobs: &JobPolicy, v: &mut Verdict) {
+    v.refuse(rules::lock_timeout_below_deadline(
+        path,
+        jobs.lock_timeout_seconds,
+        jobs.active_deadline_seconds,
+    ));
+    if let Some(context) = &jobs.security_context {
+        v.violations.extend(rules::security_context_hardened(
+            &format!("{path}.securityContext"),
+            context,
+        ));
+    }
+    if let Some(env) = &jobs.env {
+        v.warnings.extend(rules::dropped_env_warnings(&format!("{path}.env"), env));
+    }
+}
+
+type Annotations = std::collections::BTreeMap<String, String>;
+
+fn backups(status: Option<&crate::api::WorkspaceStatus>) -> Vec<u64> {
+    status
+        .and_then(|s| s.state_backups.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|b| u64::try_from(b.serial).ok())
+        .collect()
+}
+
+fn deleting(
+    new: &kube::api::ObjectMeta,
+    old: Option<&kube::api::ObjectMeta>,
+) -> bool {
+    new.deletion_timestamp.is_some() || old.is_some_and(|o| o.deletion_timestamp.is_some())
+}
+
+/// `old` is the previous annotations and the listed backup serials (UPDATE).
+fn restore_state(
+    new: Option<&Annotations>,
+    old: Option<(Option<&Annotations>, Vec<u64>)>,
+    deleting: bool,
+    review: &Review<'_>,
+    v: &mut Verdict,
+) {
+    let value = new.and_then(|a| a.get(RESTORE_STATE)).map(String::as_str);
+    let (old_value, serials) = match (review.operation, old) {
+        (Operation::Update, Some((annotations, serials))) => (
+            Some(annotations.and_then(|a| a.get(RESTORE_STATE)).map(String::as_str)),
+            serials,
+        ),
+        _ => (None, Vec::new()),
+    };
+    v.refuse(rules::restore_state(value, old_value, &serials, deleting));
+}

@@ -1,0 +1,195 @@
+//! captf-manager as a local process against a test control plane: with a
+//! development CA and serving certificate, the CRDs installed, and the
+//! committed webhook configurations pointed at it on 127.0.0.1.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use captf::server::dev_certs::DevCa;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::ByteString;
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::controlplane::{ControlPlane, spawn_owned, terminate};
+
+pub struct Manager {
+    child: Child,
+    dir: tempfile::TempDir,
+    pub webhook_port: u16,
+    pub health_port: u16,
+    ca: DevCa,
+}
+
+impl Manager {
+    /// Starts `binary` against `plane` on free loopback ports, with `extra`
+    /// flags after the defaults (a later flag wins in clap).
+    pub fn start(plane: &ControlPlane, binary: &Path, extra: &[&str]) -> Manager {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let ca = DevCa::generate("captf-test-webhook-ca").expect("a CA");
+        let serving = ca
+            .issue_server(&["localhost"], &[IpAddr::V4(Ipv4Addr::LOCALHOST)])
+            .expect("a serving certificate");
+        let certs = dir.path().join("certs");
+        std::fs::create_dir(&certs).unwrap();
+        std::fs::write(certs.join("tls.crt"), &serving.cert_pem).unwrap();
+        std::fs::write(certs.join("tls.key"), &serving.key_pem).unwrap();
+        let webhook_port = free_port();
+        let health_port = free_port();
+        let log = std::fs::File::create(dir.path().join("manager.log")).unwrap();
+        let mut cmd = Command::new(binary);
+        cmd.arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
+                .arg(format!("--webhook-port={webhook_port}"))
+                .arg(format!("--webhook-cert-dir={}", certs.display()))
+                .arg(format!("--health-addr=127.0.0.1:{health_port}"))
+                .arg(format!("--diagnostics-address=127.0.0.1:{}", free_port()))
+                .arg("--insecure-diagnostics")
+                // Jobs' init containers run it; no kubelet pulls it here.
+                .arg("--runner-image=captf.test/runner:dev")
+                .args(extra)
+                .env("RUST_LOG", "info,captf=debug")
+                .env("NO_COLOR", "1")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let child = spawn_owned(cmd).unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        Manager { child, dir, webhook_port, health_port, ca }
+    }
+
+    pub fn ca_pem(&self) -> &str {
+        self.ca.cert_pem()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("manager.log")).unwrap_or_default()
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("manager.log")
+    }
+
+    /// Waits until /readyz answers 200; panics with the log otherwise.
+    pub async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("the manager exited with {status}:\n{}", self.log());
+            }
+            if http_status(self.health_port, "/readyz") == Some(200) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the manager never became ready:\n{}", self.log());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Applies config/webhook/manifests.yaml with each webhook's service
+    /// replaced by `https://127.0.0.1:<port><path>` and this CA.
+    pub async fn register_webhooks(&self, client: &kube::Client) {
+        let manifests = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/webhook/manifests.yaml"),
+        )
+        .expect("reading config/webhook/manifests.yaml");
+        let docs: Vec<serde_json::Value> =
+            serde_saphyr::from_multiple(&manifests).expect("parsing the webhook manifests");
+        let params = PatchParams::apply("captf-testkit").force();
+        for doc in docs {
+            match doc["kind"].as_str() {
+                Some("ValidatingWebhookConfiguration") => {
+                    let mut config: ValidatingWebhookConfiguration = serde_json::from_value(doc).unwrap();
+                    for hook in &mut config.webhooks.iter_mut().flatten() {
+                        hook.client_config = self.client_config(&hook.client_config);
+                    }
+                    let name = config.metadata.name.clone().unwrap();
+                    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+                        .patch(&name, &params, &Patch::Apply(&config))
+                        .await
+                        .expect("registering the validating webhook");
+                }
+                Some("MutatingWebhookConfiguration") => {
+                    let mut config: MutatingWebhookConfiguration = serde_json::from_value(doc).unwrap();
+                    for hook in &mut config.webhooks.iter_mut().flatten() {
+                        hook.client_config = self.client_config(&hook.client_config);
+                    }
+                    let name = config.metadata.name.clone().unwrap();
+                    Api::<MutatingWebhookConfiguration>::all(client.clone())
+                        .patch(&name, &params, &Patch::Apply(&config))
+                        .await
+                        .expect("registering the mutating webhook");
+                }
+                other => panic!("unexpected kind {other:?} in the webhook manifests"),
+            }
+        }
+    }
+
+    fn client_config(&self, from: &WebhookClientConfig) -> WebhookClientConfig {
+        let path = from
+            .service
+            .as_ref()
+            .and_then(|s| s.path.clone())
+            .expect("the manifest's webhook has a service path");
+        WebhookClientConfig {
+            url: Some(format!("https://127.0.0.1:{}{path}", self.webhook_port)),
+            ca_bundle: Some(ByteString(self.ca_pem().as_bytes().to_vec())),
+            service: None,
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after ten seconds.
+    pub fn stop(&mut self) {
+        terminate(&mut self.child);
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Installs the CRDs generated from the API types and waits until they serve.
+pub async fn install_crds(client: &kube::Client) {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let params = PatchParams::apply("captf-testkit").force();
+    let crds = captf::api::crds();
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap();
+        api.patch(&name, &params, &Patch::Apply(crd)).await.expect("applying a CRD");
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for crd in &crds {
+        let name = crd.metadata.name.clone().unwrap();
+        loop {
+            let established = api.get(&name).await.ok().and_then(|c| c.status).is_some_and(|s| {
+                s.conditions
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+            if established {
+                break;
+            }
+            assert!(Instant::now() < deadline, "CRD {name} never became established");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The status code of a plain HTTP GET, or None if nothing answers.
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split_whitespace().nth(1)?.parse().ok()
+}

@@ -1,0 +1,112 @@
+//! Every AdmissionReview fixture under webhooks/ through the real webhook
+//! router: the request goes in as the API server would send it, and the
+//! response must match the expected one (written by hand in
+//! webhooks/generate.py, from CONTRACT.md).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use base64::Engine as _;
+use captf::server::webhook::router;
+use captf::webhooks::handler::Webhooks;
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tower::ServiceExt;
+
+fn fixtures() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("webhooks");
+    let mut found = Vec::new();
+    for rule in std::fs::read_dir(&root).unwrap().flatten() {
+        if !rule.path().is_dir() {
+            continue;
+        }
+        for file in std::fs::read_dir(rule.path()).unwrap().flatten() {
+            let path = file.path();
+            if path.to_string_lossy().ends_with(".request.json") {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The JSON patch of a response. Kubernetes sends `[]byte` as base64; kube
+/// writes it as an array of byte values, which the API server's decoder
+/// accepts too: both are read here.
+fn decode_patch(response: &Value) -> Value {
+    let bytes = match response.get("patch") {
+        Some(Value::String(b64)) => base64::engine::general_purpose::STANDARD.decode(b64).unwrap(),
+        Some(Value::Array(values)) => values
+            .iter()
+            .map(|v| u8::try_from(v.as_u64().unwrap()).unwrap())
+            .collect(),
+        _ => return Value::Null,
+    };
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// The parts of a response the contract fixes.
+fn contract_view(review: &Value) -> Value {
+    let r = &review["response"];
+    let status = if r["allowed"] == Value::Bool(false) {
+        serde_json::json!({
+            "code": r["status"]["code"],
+            "message": r["status"]["message"],
+            "reason": r["status"]["reason"],
+        })
+    } else {
+        Value::Null
+    };
+    serde_json::json!({
+        "apiVersion": review["apiVersion"],
+        "kind": review["kind"],
+        "uid": r["uid"],
+        "allowed": r["allowed"],
+        "status": status,
+        "warnings": r.get("warnings").cloned().unwrap_or(Value::Null),
+        "patchType": r.get("patchType").cloned().unwrap_or(Value::Null),
+        "patch": decode_patch(r),
+    })
+}
+
+#[tokio::test]
+async fn every_fixture_gets_its_expected_response() {
+    let requests = fixtures();
+    assert!(requests.len() >= 40, "only {} fixtures found", requests.len());
+    let app = router(Arc::new(Webhooks::offline()));
+    let mut failures = Vec::new();
+    for request_path in &requests {
+        let name = request_path.file_name().unwrap().to_string_lossy().to_string();
+        let hook = if name.contains(".mutate.") { "/mutate" } else { "/validate" };
+        let response_path = request_path.with_file_name(name.replace(".request.json", ".response.json"));
+        let body = std::fs::read(request_path).unwrap();
+        let expected: Value = serde_json::from_slice(&std::fs::read(&response_path).unwrap()).unwrap();
+
+        let response = app
+            .clone()
+            .oneshot(
+                Request::post(hook)
+                    .header("content-type", "application/json")
+                    .body(Body::from(body))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{}", request_path.display());
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let actual: Value = serde_json::from_slice(&bytes).unwrap();
+        let (want, got) = (contract_view(&expected), contract_view(&actual));
+        if want != got {
+            failures.push(format!(
+                "{}\n  want {}\n  got  {}",
+                request_path.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap().display(),
+                want,
+                got
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} fixtures differ:\n{}", failures.len(), requests.len(), failures.join("\n"));
+}
