@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::time::Duration;
 
 use captf::api::{
     self, IdentityReference, Initialization, Operation, SecretReference, Source, TerraformCluster,
@@ -16,33 +15,14 @@ use captf::api::{
     TerraformMachineStatus, TerraformMachineTemplate, TerraformMachineTemplateResource,
     TerraformMachineTemplateSpec, WorkspaceSpec, WorkspaceStatus,
 };
-use captf_testkit::controlplane;
+use captf_testkit::{controlplane, eventually};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
 use serde_json::{Value, json};
 
-const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Polls `probe` until it yields a value or the timeout passes.
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 /// Applies the seven CRDs as committed under config/crd/bases (server-side,
 /// so every test may do it) and waits until the API server serves each.

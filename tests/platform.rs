@@ -4,33 +4,14 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
-use captf_testkit::controlplane::{self, binary};
+use captf_testkit::controlplane;
+use captf_testkit::{eventually, run_ok, tofu};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
-
-const TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Polls `probe` until it yields a value or the timeout passes.
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + TIMEOUT;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
     ConfigMap {
@@ -126,35 +107,6 @@ async fn garbage_collector_removes_dependents() {
     })
     .await;
     assert!(maps.get_opt("bystander").await.unwrap().is_some());
-}
-
-/// Runs tofu in `dir` with a clean environment of its own.
-fn tofu(dir: &Path, home: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(binary("tofu"));
-    cmd.args(args)
-        .current_dir(dir)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", home)
-        .env("TF_IN_AUTOMATION", "1")
-        .env("TF_INPUT", "0")
-        .env("CHECKPOINT_DISABLE", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    cmd
-}
-
-async fn run_ok(mut cmd: tokio::process::Command, what: &str) {
-    let out = cmd.output().await.unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed with {}:\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[tokio::test]

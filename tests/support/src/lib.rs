@@ -26,3 +26,51 @@ pub async fn namespace(client: &kube::Client, prefix: &str) -> String {
         .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
     name
 }
+
+/// Polls `probe` until it yields a value; panics naming `what` after a minute.
+pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// The built tofu, run in `dir` with an environment of its own: nothing of
+/// the test's environment but PATH, so no TF_* variable steers it.
+pub fn tofu(dir: &std::path::Path, home: &std::path::Path, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(controlplane::binary("tofu"));
+    cmd.args(args)
+        .current_dir(dir)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("TF_IN_AUTOMATION", "1")
+        .env("TF_INPUT", "0")
+        .env("CHECKPOINT_DISABLE", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Runs `cmd` to the end; panics with its output unless it succeeded.
+pub async fn run_ok(mut cmd: tokio::process::Command, what: &str) -> std::process::Output {
+    let out = cmd.output().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed with {}:\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
