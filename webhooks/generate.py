@@ -229,6 +229,18 @@ single("identity", "allowed-namespaces-empty", "TerraformClusterIdentity",
        "omit the field to allow none) (got {})", "identity-empty", op="UPDATE",
        old_spec={"secretRef": {"name": "creds", "namespace": "captf-system"}})
 
+# Deletion rules (ref §1.4 rules 10 and 12). The outcomes that need the API
+# server (the owning Machine, the objects using an identity, the creator's
+# SubjectAccessReview) are tested through the real API server in
+# tests/webhooks.rs; these two need no lookup.
+mirrored = obj("TerraformClusterIdentity", {"secretRef": {"name": "creds", "namespace": "captf-system"}},
+               name="creds", status={"namespaces": ["demo", "team-b"]})
+case("identity", "delete-while-mirrored", "validate", review("identity-mirrored", "DELETE", None, mirrored),
+     denied("identity-mirrored", 'metadata.name: cannot be deleted while namespaces hold its credentials mirror: '
+            'demo, team-b (got "creds")', code=403))
+case("machine", "delete-without-machine-owner", "validate",
+     review("machine-no-owner", "DELETE", None, obj("TerraformMachine", machine())), allowed("machine-no-owner"))
+
 # Rule 4: TF_ and KUBE_ env entries are accepted with a warning naming each.
 uid = "env-warn"
 case("jobs-env", "reserved-names-warned", "validate",
