@@ -428,41 +428,6 @@ fn measure(way: &str, path: &std::path::Path) -> Figures {
     }
 }
 
-/// A gzip stream of `prefix` and then `mebibytes` MiB of `fill`, made without
-/// compressing them: one deflate block that expands to 1 MiB of `fill` from
-/// the window, repeated.
-fn bomb(prefix: &[u8], fill: u8, mebibytes: u64) -> Vec<u8> {
-    use flate2::{Compress, FlushCompress};
-    let mib = vec![fill; 1 << 20];
-    let mut compress = Compress::new(Compression::best(), false);
-    let mut deflate = |input: &[u8], flush: FlushCompress| {
-        let mut out = Vec::with_capacity(1 << 20);
-        let before = compress.total_in();
-        compress.compress_vec(input, &mut out, flush).unwrap();
-        assert_eq!(compress.total_in() - before, input.len() as u64);
-        out
-    };
-    let head = [prefix, &mib].concat();
-    let first = deflate(&head, FlushCompress::Sync);
-    let repeat = deflate(&mib, FlushCompress::Sync);
-    let end = deflate(&[], FlushCompress::Finish);
-    let mut crc = flate2::Crc::new();
-    crc.update(&head);
-    let mut one = flate2::Crc::new();
-    one.update(&mib);
-    for _ in 1..mebibytes {
-        crc.combine(&one);
-    }
-    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
-    out.extend_from_slice(&first);
-    for _ in 1..mebibytes {
-        out.extend_from_slice(&repeat);
-    }
-    out.extend_from_slice(&end);
-    out.extend_from_slice(&crc.sum().to_le_bytes());
-    out.extend_from_slice(&((prefix.len() as u64 + (mebibytes << 20)) as u32).to_le_bytes());
-    out
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -489,7 +454,7 @@ fn main() {
     let path = dir.join("state.gz");
     std::fs::write(&path, &compressed).unwrap();
     let bomb_path = dir.join("bomb.gz");
-    let bomb_bytes = bomb(b"{\"version\": 4, \"a\": \"", b'x', 10 * 1024);
+    let bomb_bytes = captf_testkit::gzip_bomb(b"{\"version\": 4, \"a\": \"", b'x', 10 * 1024);
     std::fs::write(&bomb_path, &bomb_bytes).unwrap();
     println!(
         "state: {} bytes decompressed ({:.1} MiB), {} bytes compressed ({:.2} MiB, ratio {:.1}), {} instances in {} managed resources; generated in {:.1?}",
@@ -566,14 +531,14 @@ fn smoke() {
     }
     assert_eq!(run("gunzip", &compressed).0, json.len() as u64);
     let prefix = b"{\"a\": \"";
-    let whole = gunzip_all(&bomb(prefix, b'x', 3));
+    let whole = gunzip_all(&captf_testkit::gzip_bomb(prefix, b'x', 3));
     assert_eq!(
         whole.len(),
         prefix.len() + 3 * 1024 * 1024,
         "the bomb inflates as built"
     );
     assert!(whole.starts_with(prefix) && whole[prefix.len()..].iter().all(|&b| b == b'x'));
-    let refused = captf::state::read_chunks(&[&bomb(b" ", b' ', 100)]);
+    let refused = captf::state::read_chunks(&[&captf_testkit::gzip_bomb(b" ", b' ', 100)]);
     assert_eq!(
         refused.map(|s| s.serial),
         Err(captf::state::Unreadable::Corrupt(

@@ -248,39 +248,6 @@ fn synthetic_state(
     (serde_json::to_string_pretty(&document).unwrap(), managed)
 }
 
-/// A gzip stream of `prefix` and then `mebibytes` MiB of `fill`, made
-/// without compressing them: one deflate block that expands to 1 MiB of
-/// `fill` from the window, repeated.
-fn bomb(prefix: &[u8], fill: u8, mebibytes: u64) -> Vec<u8> {
-    use flate2::{Compress, FlushCompress};
-    let mib = vec![fill; MIB];
-    let mut compress = Compress::new(Compression::best(), false);
-    let mut deflate = |input: &[u8], flush: FlushCompress| {
-        let mut out = Vec::with_capacity(MIB);
-        compress.compress_vec(input, &mut out, flush).unwrap();
-        out
-    };
-    let head = [prefix, &mib].concat();
-    let first = deflate(&head, FlushCompress::Sync);
-    let repeat = deflate(&mib, FlushCompress::Sync);
-    let end = deflate(&[], FlushCompress::Finish);
-    let mut crc = flate2::Crc::new();
-    crc.update(&head);
-    let mut one = flate2::Crc::new();
-    one.update(&mib);
-    for _ in 1..mebibytes {
-        crc.combine(&one);
-    }
-    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
-    out.extend_from_slice(&first);
-    for _ in 1..mebibytes {
-        out.extend_from_slice(&repeat);
-    }
-    out.extend_from_slice(&end);
-    out.extend_from_slice(&crc.sum().to_le_bytes());
-    out.extend_from_slice(&((prefix.len() as u64 + (mebibytes << 20)) as u32).to_le_bytes());
-    out
-}
 
 // ---------------------------------------------------------------------------
 // Real OpenTofu through the kubernetes backend.
@@ -806,7 +773,7 @@ async fn corrupt_payloads_are_reported_corrupt() {
 #[tokio::test]
 async fn a_ten_gib_bomb_stops_at_the_cap() {
     let (_, _, secrets, suffix) = setup("state-bomb").await;
-    let compressed = bomb(br#"{"version": 4, "filler": ""#, b'x', 10 * 1024);
+    let compressed = captf_testkit::gzip_bomb(br#"{"version": 4, "filler": ""#, b'x', 10 * 1024);
     let chunks = put_chunked(&secrets, &suffix, &compressed).await;
     assert!(chunks <= 32, "{chunks} chunks");
     let outcome = read(&secrets, &suffix).await;

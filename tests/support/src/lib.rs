@@ -74,3 +74,41 @@ pub async fn run_ok(mut cmd: tokio::process::Command, what: &str) -> std::proces
     );
     out
 }
+
+/// A gzip stream of `prefix` and then `mebibytes` MiB of `fill`, made
+/// without compressing them: one deflate block that expands to 1 MiB of
+/// `fill` from the window, repeated. A decompression bomb of any size in
+/// about a thousandth of it.
+pub fn gzip_bomb(prefix: &[u8], fill: u8, mebibytes: u64) -> Vec<u8> {
+    use flate2::{Compress, Compression, FlushCompress};
+    let mib = vec![fill; 1 << 20];
+    let mut compress = Compress::new(Compression::best(), false);
+    let mut deflate = |input: &[u8], flush: FlushCompress| {
+        let mut out = Vec::with_capacity(1 << 20);
+        let before = compress.total_in();
+        compress.compress_vec(input, &mut out, flush).expect("deflate");
+        assert_eq!(compress.total_in() - before, input.len() as u64, "deflate took all its input");
+        out
+    };
+    let head = [prefix, &mib].concat();
+    let first = deflate(&head, FlushCompress::Sync);
+    let repeat = deflate(&mib, FlushCompress::Sync);
+    let end = deflate(&[], FlushCompress::Finish);
+    let mut crc = flate2::Crc::new();
+    crc.update(&head);
+    let mut one = flate2::Crc::new();
+    one.update(&mib);
+    for _ in 1..mebibytes {
+        crc.combine(&one);
+    }
+    let mut out = vec![0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255];
+    out.extend_from_slice(&first);
+    for _ in 1..mebibytes {
+        out.extend_from_slice(&repeat);
+    }
+    out.extend_from_slice(&end);
+    out.extend_from_slice(&crc.sum().to_le_bytes());
+    // ISIZE is the length modulo 2^32.
+    out.extend_from_slice(&((prefix.len() as u64 + (mebibytes << 20)) as u32).to_le_bytes());
+    out
+}
