@@ -2,19 +2,28 @@
 
 CARGO ?= cargo
 
-.PHONY: demo test bench platform
+.PHONY: demo test bench platform runner
 
 # Builds kube-apiserver, kube-controller-manager, etcd, kubectl, tofu and helm from
 # source into ~/.cache/captf/bin (skipped when cached).
 platform:
 	tests/controlplane/build.sh
 
-demo: platform
+# The runner is linked statically so that it runs in any role image (glibc's
+# crt-static: no musl target can be installed here). The flag must not reach
+# build scripts and proc-macros, which an explicit --target keeps it from.
+# Output: target/x86_64-unknown-linux-gnu/debug/captf-runner.
+RUNNER_TARGET := x86_64-unknown-linux-gnu
+runner:
+	CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-static" \
+		$(CARGO) build --bin captf-runner --target $(RUNNER_TARGET)
+
+demo: platform runner
 	$(CARGO) build --bin captf-manager --bin captf-runner -p captf -p captf-testkit --bin captf-demo
 	target/debug/captf-demo
 
 # Benchmarks are compiled, not run: their figures come from `make bench`.
-test: platform
+test: platform runner
 	$(CARGO) build --workspace --benches
 	$(CARGO) test --workspace
 

@@ -5,8 +5,10 @@
 //! data, and the Kubernetes I/O stays at the edges.
 
 pub mod api;
+pub mod controllers;
 pub mod error;
 pub mod image_ref;
+pub mod jobs;
 pub mod metrics;
 pub mod names;
 pub mod role;

@@ -1,5 +1,8 @@
-//! The module contract's roles and the inputs each role's module receives
-//! (reference §9.3). A user variable may not shadow any of them.
+//! The module contract's roles, the inputs each role's module receives
+//! (reference §9.3) and the outputs it must declare (§9.4). A user variable
+//! may not shadow any of the inputs.
+
+use crate::names::Kind;
 
 /// The role a module plays for its kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,7 +22,54 @@ pub const COMMON_INPUTS: &[&str] = &[
     "captf_cluster_outputs",
 ];
 
+impl From<Kind> for Role {
+    fn from(kind: Kind) -> Role {
+        match kind {
+            Kind::Cluster => Role::Cluster,
+            Kind::Machine => Role::Machine,
+            Kind::MachinePool => Role::MachinePool,
+        }
+    }
+}
+
 impl Role {
+    /// The role's name in the module contract (the `io.captf.role` image
+    /// label), as hashed into the inputs hash.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Role::Cluster => "cluster",
+            Role::Machine => "machine",
+            Role::MachinePool => "machinepool",
+        }
+    }
+
+    /// The outputs the role's module declares, which the rendered root
+    /// re-exports.
+    pub fn outputs(self) -> &'static [&'static str] {
+        match self {
+            Role::Cluster => &[
+                "control_plane_endpoint",
+                "failure_domains",
+                "exports",
+                "health",
+            ],
+            Role::Machine => &[
+                "provider_id",
+                "addresses",
+                "failure_domain",
+                "interruptible",
+                "health",
+            ],
+            Role::MachinePool => &[
+                "provider_id",
+                "provider_id_list",
+                "replicas",
+                "instances",
+                "health",
+            ],
+        }
+    }
+
     /// The inputs of this role besides the common ones.
     pub fn inputs(self) -> &'static [&'static str] {
         match self {

@@ -1,5 +1,6 @@
 //! The manager as a process against the real control plane: readiness and
-//! graceful shutdown, the webhook listener (TLS rotation, bad and oversized
+//! graceful shutdown (readiness waits for the API server and the watches, so
+//! the CRDs are installed first), the webhook listener (TLS rotation, bad and oversized
 //! bodies), and `/metrics` behind TokenReview and SubjectAccessReview.
 
 use std::convert::Infallible;
@@ -427,6 +428,7 @@ fn proxy(listener: tokio::net::TcpListener, upstream: String) {
 #[tokio::test]
 async fn readyz_waits_for_the_api_server_and_turns_unready_at_sigterm() {
     let plane = controlplane::shared();
+    captf_testkit::manager::install_crds(&plane.client().await).await;
     let ca = DevCa::generate("webhook-ca").unwrap();
     let certs = CertDir::new(&serving_pair(&ca));
 
@@ -526,6 +528,7 @@ async fn readyz_waits_for_the_api_server_and_turns_unready_at_sigterm() {
 #[tokio::test]
 async fn a_kubelet_style_rotation_reaches_the_next_handshake() {
     let plane = controlplane::shared();
+    captf_testkit::manager::install_crds(&plane.client().await).await;
     let (first_ca, second_ca) = (
         DevCa::generate("first-ca").unwrap(),
         DevCa::generate("second-ca").unwrap(),
@@ -628,6 +631,7 @@ fn peak_rss_kib(pid: u32) -> u64 {
 async fn bad_and_oversized_bodies_are_refused_and_serving_goes_on() {
     const TEN_MIB: usize = 10 * 1024 * 1024;
     let plane = controlplane::shared();
+    captf_testkit::manager::install_crds(&plane.client().await).await;
     let ca = DevCa::generate("webhook-ca").unwrap();
     let certs = CertDir::new(&serving_pair(&ca));
     let mut manager = Manager::start(plane.kubeconfig(), certs.path(), &[]);
@@ -716,6 +720,7 @@ async fn get_metrics(port: u16, token: Option<&str>) -> (StatusCode, String) {
 #[tokio::test]
 async fn metrics_need_a_token_whose_user_may_get_metrics() {
     let plane = controlplane::shared();
+    captf_testkit::manager::install_crds(&plane.client().await).await;
     let client = plane.client().await;
     let ns = captf_testkit::namespace(&client, "metrics").await;
     let ca = DevCa::generate("webhook-ca").unwrap();
@@ -807,6 +812,7 @@ async fn metrics_need_a_token_whose_user_may_get_metrics() {
 #[tokio::test]
 async fn insecure_diagnostics_serve_plain_http_without_a_token() {
     let plane = controlplane::shared();
+    captf_testkit::manager::install_crds(&plane.client().await).await;
     let ca = DevCa::generate("webhook-ca").unwrap();
     let certs = CertDir::new(&serving_pair(&ca));
     let mut manager = Manager::start(

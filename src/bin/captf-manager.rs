@@ -5,6 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use captf::controllers::{self, Concurrency, Settings};
 use captf::metrics::Metrics;
 use captf::server::diagnostics::METRICS_CERT_DIR;
 use captf::server::flags::{Command, Flags, LoggingFormat};
@@ -25,34 +26,58 @@ fn init_logging(format: LoggingFormat) {
 }
 
 async fn run(flags: Flags) -> Result<(), ServerError> {
-    let mut shutdown = Box::pin(server::shutdown_signal()?);
+    let shutdown = Box::pin(server::shutdown_signal()?);
     let flags = flags.resolve(std::env::var("CAPTF_MANAGER_IMAGE").ok())?;
     let client = server::kube_client(flags.kubeconfig.as_deref()).await?;
     let readiness = Readiness::new(&[GATE_WEBHOOK, GATE_WATCHES]);
     let metrics = Arc::new(Metrics::new());
+    let settings = Settings {
+        runner_image: flags.runner_image.clone(),
+        cluster_operation_gate: flags.cluster_operation_gate,
+        namespace: Some(flags.namespace.clone()).filter(|n| !n.is_empty()),
+        watch_filter: Some(flags.watch_filter.clone()).filter(|f| !f.is_empty()),
+        sync_period: flags.sync_period.0,
+        concurrency: Concurrency {
+            cluster: flags.terraformcluster_concurrency,
+            machine: flags.terraformmachine_concurrency,
+            machine_pool: flags.terraformmachinepool_concurrency,
+        },
+    };
     let handler = Arc::new(Webhooks::new(client.clone()));
     let listeners = Listeners::start(
         &flags,
         client.clone(),
         handler,
-        metrics,
+        metrics.clone(),
         readiness.clone(),
         Path::new(METRICS_CERT_DIR),
     )
     .await?;
 
-    tokio::select! {
-        () = &mut shutdown => {}
-        version = server::wait_for_api_server(&client) => {
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = async move {
+        let mut rx = stop_rx;
+        // An error means the sender is gone, which is a stop too.
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let stopped = futures::FutureExt::shared(Box::pin(stopped));
+    let reconcilers = tokio::spawn({
+        let client = client.clone();
+        let readiness = readiness.clone();
+        async move {
+            let version = server::wait_for_api_server(&client).await;
             info!(%version, "connected to the API server");
-            // Nothing is watched yet: the reconcilers, which will mark this
-            // gate once their reflectors have synced, do not exist. Until
-            // they do, the API server answering is all there is to sync.
-            readiness.mark_ready(GATE_WATCHES);
-            shutdown.await;
+            controllers::run(client, metrics, settings, readiness, stopped).await;
         }
-    }
+    });
+    shutdown.await;
+    // The reconcilers finish the passes they are in while the listeners
+    // drain.
+    let _ = stop_tx.send(true);
     listeners.shutdown(&readiness, flags.shutdown_delay.0).await;
+    if let Err(e) = reconcilers.await {
+        error!("the reconcilers stopped abnormally: {e}");
+    }
     info!("stopped");
     Ok(())
 }

@@ -1,9 +1,35 @@
-//! The runner: the Job's entry point (book: inside-the-job.md).
+//! The runner: the Job's entry point (book: inside-the-job.md; ref §6.2–§6.3).
+//!
+//! `run` checks the image, prepares the working directory, then runs the
+//! operation's steps with a cleaned environment, and always writes a result
+//! document. The decisions (environment, steps, verdicts, summaries,
+//! redaction, the result's size) are pure functions in the submodules; this
+//! file only sequences them.
+
+pub mod args;
+pub mod env;
+pub mod exec;
+pub mod layout;
+pub mod redact;
+pub mod result;
+pub mod steps;
+pub mod summary;
 
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::Arc;
+
+pub use args::RunArgs;
+
+use crate::api::{Operation, RunError, RunErrorKind};
+use args::{Paths, operation_name, whole_seconds};
+use exec::{Finished, Invocation, Signals, Stopped};
+use redact::Redactor;
+use result::{RunResult, StepRecord};
+use steps::{Stdout, Step, StepInputs, StepName, Verdict};
+use summary::FailedStep;
 
 /// The init container's step: copy this very binary to `dest` (on the shared
 /// `runner` volume), executable, so that any role image can run it.
@@ -15,4 +41,339 @@ pub fn copy_self(dest: &Path) -> io::Result<()> {
     fs::copy(&me, &tmp)?;
     fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755))?;
     fs::rename(&tmp, dest)
+}
+
+/// Runs `captf-runner run` to its end and returns the exit code: 0 when the
+/// operation succeeded, 1 otherwise. The result document is written in
+/// every case.
+pub async fn run(args: &RunArgs) -> u8 {
+    // First of all, so that a stop request cannot kill the runner before it
+    // has written its result.
+    let signals = Signals::install();
+    let paths = args.paths();
+    // Without a redactor no output may pass: the run stops before any step.
+    let (redactor, no_redactor) = match known_secrets(&paths) {
+        Ok(redactor) => (redactor, None),
+        Err(e) => (Redactor::none(), Some(e)),
+    };
+    let log = Log(Arc::new(redactor));
+    let mut result = RunResult {
+        operation: args.op,
+        job: args.job_name.clone(),
+        image: args.image.clone(),
+        runtime_version: None,
+        steps: Vec::new(),
+        error: None,
+    };
+    let outcome = match (signals, no_redactor) {
+        (_, Some(e)) => Err(RunError {
+            kind: RunErrorKind::Step,
+            step: None,
+            summary: Some(e.to_string()),
+        }),
+        (Ok(mut signals), None) => {
+            let mut runner = Runner {
+                args,
+                paths: &paths,
+                log: &log,
+                signals: &mut signals,
+                result: &mut result,
+            };
+            runner.drive().await
+        }
+        (Err(e), None) => Err(RunError {
+            kind: RunErrorKind::Step,
+            step: None,
+            summary: Some(log.redact(&format!("the runner cannot catch signals: {e}"))),
+        }),
+    };
+    let op = operation_name(args.op);
+    match &outcome {
+        Ok(()) => log.say(&format!("{op} succeeded")),
+        Err(e) => log.say(&format!(
+            "{op} failed: {}",
+            e.summary.as_deref().unwrap_or("no summary")
+        )),
+    }
+    result.error = outcome.err();
+    let failed = result.error.is_some();
+    if let Err(e) = fs::write(&paths.result, result.to_bounded_json()) {
+        log.say(&format!(
+            "writing the result to {}: {e}",
+            paths.result.display()
+        ));
+        return 1;
+    }
+    u8::from(failed)
+}
+
+/// The runner's own log lines, on standard error, redacted.
+struct Log(Arc<Redactor>);
+
+impl Log {
+    fn say(&self, message: &str) {
+        say(&self.0.text(message));
+    }
+
+    fn redact(&self, summary: &str) -> String {
+        summary::own(summary, &self.0)
+    }
+}
+
+/// Writes one log line to standard error. Unlike `eprintln!`, a closed
+/// stream is not a panic: the result document still gets written.
+fn say(line: &str) {
+    let _ = writeln!(io::stderr().lock(), "captf-runner: {line}");
+}
+
+/// Every secret the runner knows of: the credentials mirror's files and the
+/// sensitive variables' values. Reading them is best effort; a problem is
+/// logged (paths and errors only, which hold no secret) and what could be
+/// read is still used.
+fn known_secrets(paths: &Paths) -> Result<Redactor, redact::RedactorError> {
+    let mut secrets = Vec::new();
+    match layout::read_files(&paths.credentials) {
+        Ok(files) => {
+            for (_, content) in files {
+                secrets.extend(redact::credential_secrets(&content));
+            }
+        }
+        Err(e) => say(&format!(
+            "reading the credentials in {}: {e}",
+            paths.credentials.display()
+        )),
+    }
+    let json = |name: &str| -> Option<serde_json::Value> {
+        let path = paths.config.join(name);
+        let bytes = fs::read(&path).ok()?;
+        serde_json::from_slice(&bytes)
+            .inspect_err(|e| say(&format!("{} is not JSON: {e}", path.display())))
+            .ok()
+    };
+    if let (Some(main), Some(tfvars)) = (json("main.tf.json"), json("terraform.tfvars.json")) {
+        secrets.extend(redact::sensitive_variable_secrets(&main, &tfvars));
+    }
+    Redactor::new(secrets)
+}
+
+struct Runner<'a> {
+    args: &'a RunArgs,
+    paths: &'a Paths,
+    log: &'a Log,
+    signals: &'a mut Signals,
+    result: &'a mut RunResult,
+}
+
+impl Runner<'_> {
+    async fn drive(&mut self) -> Result<(), RunError> {
+        let (args, paths, log) = (self.args, self.paths, self.log);
+        let image_layout = |summary: String| RunError {
+            kind: RunErrorKind::ImageLayout,
+            step: None,
+            summary: Some(log.redact(&summary)),
+        };
+        layout::preflight(&paths.module, &paths.bin).map_err(|e| image_layout(e.to_string()))?;
+        let workdir = layout::prepare(&paths.workdir, &paths.config, &paths.providers)
+            .map_err(|e| image_layout(e.to_string()))?;
+        let env = env::step_env(
+            std::env::vars_os(),
+            &paths.workdir,
+            workdir.cli_config.as_deref(),
+        );
+        for name in &env.dropped {
+            log.say(&format!("dropped {name} from the step environment"));
+        }
+        if let Some(tmpdir) = &env.create_tmpdir {
+            layout::create_tmpdir(tmpdir).map_err(|e| image_layout(e.to_string()))?;
+        }
+        let plan_file = paths.workdir.join("plan.out");
+        let restore_file = paths.workdir.join("restore.tfstate");
+        if args.op == Operation::Restore {
+            layout::write_restore_file(&paths.config, args.restore_chunks, &restore_file)
+                .map_err(|e| self.step_error(StepName::StatePush, &e.to_string()))?;
+        }
+
+        let base = Invocation {
+            bin: &paths.bin,
+            args: &[],
+            cwd: &workdir.root,
+            env: &env.vars,
+            stdout: Stdout::Log,
+            stop_timeout: args.stop_timeout.0,
+        };
+        self.interrupted_before("version").await?;
+        let version_args = steps::version_args();
+        let version = Invocation {
+            args: &version_args,
+            stdout: Stdout::LogAndKeep,
+            ..base
+        };
+        self.version(&version).await?;
+
+        let plan = steps::steps(&StepInputs {
+            op: args.op,
+            lock_timeout_seconds: whole_seconds(args.lock_timeout.0),
+            backend_config: &args.backend_config,
+            force_unlock: args.force_unlock.as_deref(),
+            plan_file: &plan_file,
+            restore_file: &restore_file,
+        });
+        for step in &plan {
+            self.interrupted_before(step.name.as_str()).await?;
+            let inv = Invocation {
+                args: &step.args,
+                stdout: step.stdout,
+                ..base
+            };
+            self.step(step, &inv).await?;
+        }
+        Ok(())
+    }
+
+    /// `version -json`: informational, so its failure only costs the
+    /// result its runtimeVersion.
+    async fn version(&mut self, inv: &Invocation<'_>) -> Result<(), RunError> {
+        match exec::run(inv, self.signals, &self.log.0).await {
+            Ok(Finished {
+                interrupted: Some(stopped),
+                exit_code,
+                ..
+            }) => Err(self.interrupted("version", stopped, exit_code)),
+            Ok(done) if done.exit_code == 0 => {
+                self.result.runtime_version = runtime_version(&done.stdout);
+                Ok(())
+            }
+            Ok(done) => {
+                self.log
+                    .say(&format!("version -json exited {}", done.exit_code));
+                Ok(())
+            }
+            Err(e) => {
+                self.log
+                    .say(&format!("starting {}: {e}", inv.bin.display()));
+                Ok(())
+            }
+        }
+    }
+
+    async fn step(&mut self, step: &Step, inv: &Invocation<'_>) -> Result<(), RunError> {
+        let name = step.name.as_str();
+        let recorded = steps::recorded_args(&step.args);
+        self.log
+            .say(&format!("step {name}: {}", recorded.join(" ")));
+        let done = exec::run(inv, self.signals, &self.log.0)
+            .await
+            .map_err(|e| {
+                self.step_error(step.name, &format!("starting {}: {e}", inv.bin.display()))
+            })?;
+        self.result.steps.push(StepRecord {
+            name: name.to_string(),
+            exit_code: done.exit_code,
+            duration_milliseconds: u64::try_from(done.duration.as_millis()).unwrap_or(u64::MAX),
+            args: Some(recorded),
+        });
+        if let Some(stopped) = done.interrupted {
+            return Err(self.interrupted(name, stopped, done.exit_code));
+        }
+        let verdict = steps::judge(
+            step,
+            done.exit_code,
+            &done.stdout,
+            &done.stderr,
+            self.args.restore_resources,
+        );
+        match verdict {
+            Verdict::Succeeded => Ok(()),
+            Verdict::SucceededBecause(why) => {
+                self.log.say(&format!(
+                    "step {name} exited {} and counts as succeeded: {why}",
+                    done.exit_code
+                ));
+                Ok(())
+            }
+            Verdict::Failed => Err(RunError {
+                kind: RunErrorKind::Step,
+                step: Some(name.to_string()),
+                summary: Some(summary::summarize(
+                    &FailedStep {
+                        name,
+                        exit_code: done.exit_code,
+                        validate_json: (step.name == StepName::Validate)
+                            .then_some(done.stdout.as_slice()),
+                        stderr: &done.stderr,
+                    },
+                    &self.log.0,
+                )),
+            }),
+            Verdict::FailedBecause(why) => Err(self.step_error(step.name, &why)),
+        }
+    }
+
+    fn step_error(&self, step: StepName, summary: &str) -> RunError {
+        RunError {
+            kind: RunErrorKind::Step,
+            step: Some(step.as_str().to_string()),
+            summary: Some(self.log.redact(summary)),
+        }
+    }
+
+    /// A stop request that arrived between steps ends the run before `next`.
+    async fn interrupted_before(&mut self, next: &str) -> Result<(), RunError> {
+        match self.signals.received().await {
+            Some(signal) => Err(RunError {
+                kind: RunErrorKind::Interrupted,
+                step: None,
+                summary: Some(format!(
+                    "{} received before {next}, which did not run",
+                    signal.name()
+                )),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn interrupted(&self, step: &str, stopped: Stopped, exit_code: i32) -> RunError {
+        let how = if stopped.killed {
+            format!(
+                "did not stop within {} and was killed",
+                self.args.stop_timeout
+            )
+        } else {
+            format!("exited {exit_code}")
+        };
+        RunError {
+            kind: RunErrorKind::Interrupted,
+            step: Some(step.to_string()),
+            summary: Some(format!(
+                "{} received during {step} and forwarded to the runtime, which {how}",
+                stopped.signal.name()
+            )),
+        }
+    }
+}
+
+/// The runtime's version from `version -json`.
+fn runtime_version(stdout: &[u8]) -> Option<String> {
+    let doc: serde_json::Value = serde_json::from_slice(stdout).ok()?;
+    doc.get("terraform_version")?.as_str().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_versions() {
+        for (stdout, want) in [
+            (
+                &br#"{"terraform_version":"1.12.6","platform":"linux_amd64","provider_selections":{}}"#[..],
+                Some("1.12.6"),
+            ),
+            (br#"{"platform":"linux_amd64"}"#, None),
+            (b"OpenTofu v1.12.6", None),
+            (b"", None),
+        ] {
+            assert_eq!(runtime_version(stdout).as_deref(), want);
+        }
+    }
 }

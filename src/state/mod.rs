@@ -358,6 +358,26 @@ pub fn classify(suffix: &str, secrets: &[ChunkSecret<'_>]) -> StateReadable {
 /// are ever held, then [`classify`] on a blocking thread, since inflating and
 /// scanning 64 MiB takes a while.
 pub async fn read(secrets: &Api<Secret>, suffix: &str) -> Result<StateReadable, ReadError> {
+    Ok(snapshot(secrets, suffix).await?.readable)
+}
+
+/// A state as read, with the Secrets it was read from: the controller owns
+/// and annotates those after a successful apply.
+pub struct Snapshot {
+    pub readable: StateReadable,
+    pub secrets: Vec<Secret>,
+}
+
+impl Snapshot {
+    /// The base Secret `tfstate-default-<suffix>`, when listed.
+    pub fn base<'a>(&'a self, suffix: &str) -> Option<&'a Secret> {
+        let base = crate::names::state_secret(suffix);
+        self.secrets.iter().find(|s| s.metadata.name.as_deref() == Some(base.as_str()))
+    }
+}
+
+/// [`read`], keeping the Secrets.
+pub async fn snapshot(secrets: &Api<Secret>, suffix: &str) -> Result<Snapshot, ReadError> {
     let selector = label_selector(suffix);
     let mut items: Vec<Secret> = Vec::new();
     let mut params = ListParams::default().labels(&selector);
@@ -374,7 +394,7 @@ pub async fn read(secrets: &Api<Secret>, suffix: &str) -> Result<StateReadable, 
         }
     }
     let suffix = suffix.to_owned();
-    let outcome = tokio::task::spawn_blocking(move || {
+    let (readable, secrets) = tokio::task::spawn_blocking(move || {
         let chunks: Vec<ChunkSecret<'_>> = items
             .iter()
             .map(|secret| ChunkSecret {
@@ -386,10 +406,11 @@ pub async fn read(secrets: &Api<Secret>, suffix: &str) -> Result<StateReadable, 
                     .map(|bytes| bytes.0.as_slice()),
             })
             .collect();
-        classify(&suffix, &chunks)
+        let readable = classify(&suffix, &chunks);
+        (readable, items)
     })
     .await?;
-    Ok(outcome)
+    Ok(Snapshot { readable, secrets })
 }
 
 #[cfg(test)]

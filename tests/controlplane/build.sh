@@ -61,7 +61,9 @@ else
 fi
 
 TOFU="$BIN/tofu-v$OPENTOFU_VERSION"
-if [ -x "$TOFU" ]; then
+# A build without the release stamp calls itself <version>-dev; such a
+# binary (from an earlier version of this script) is rebuilt.
+if [ -x "$TOFU" ] && [ "$("$TOFU" version -json 2>/dev/null | sed -n 's/.*"terraform_version": *"\([^"]*\)".*/\1/p')" = "$OPENTOFU_VERSION" ]; then
   echo "build: tofu v$OPENTOFU_VERSION cached"
 else
   echo "build: tofu v$OPENTOFU_VERSION from github.com/opentofu/opentofu ..."
@@ -72,7 +74,8 @@ else
     | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
   cp -r "$dir" "$TMP/opentofu"
   chmod -R u+w "$TMP/opentofu"
-  (cd "$TMP/opentofu" && GOFLAGS="-buildvcs=false -mod=mod" go build -trimpath -ldflags "-s -w" -o "$TMP/tofu" ./cmd/tofu)
+  (cd "$TMP/opentofu" && GOFLAGS="-buildvcs=false -mod=mod" go build -trimpath \
+    -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" -o "$TMP/tofu" ./cmd/tofu)
   mv "$TMP/tofu" "$TOFU"
   echo "build: tofu v$OPENTOFU_VERSION built in $(elapsed "$t")"
 fi

@@ -3,7 +3,10 @@
 
 
 pub mod controlplane;
+pub mod executor;
 pub mod manager;
+
+pub use executor::{Executor, Images, ModuleImage};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ObjectMeta, PostParams};

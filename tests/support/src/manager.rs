@@ -23,6 +23,8 @@ pub struct Manager {
     dir: tempfile::TempDir,
     pub webhook_port: u16,
     pub health_port: u16,
+    /// `/metrics`, plain HTTP (`--insecure-diagnostics`).
+    pub diagnostics_port: u16,
     ca: DevCa,
 }
 
@@ -41,13 +43,14 @@ impl Manager {
         std::fs::write(certs.join("tls.key"), &serving.key_pem).unwrap();
         let webhook_port = free_port();
         let health_port = free_port();
+        let diagnostics_port = free_port();
         let log = std::fs::File::create(dir.path().join("manager.log")).unwrap();
         let mut cmd = Command::new(binary);
         cmd.arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
                 .arg(format!("--webhook-port={webhook_port}"))
                 .arg(format!("--webhook-cert-dir={}", certs.display()))
                 .arg(format!("--health-addr=127.0.0.1:{health_port}"))
-                .arg(format!("--diagnostics-address=127.0.0.1:{}", free_port()))
+                .arg(format!("--diagnostics-address=127.0.0.1:{diagnostics_port}"))
                 .arg("--insecure-diagnostics")
                 // Jobs' init containers run it; no kubelet pulls it here.
                 .arg("--runner-image=captf.test/runner:dev")
@@ -58,7 +61,16 @@ impl Manager {
                 .stdout(log.try_clone().unwrap())
             .stderr(log);
         let child = spawn_owned(cmd).unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
-        Manager { child, dir, webhook_port, health_port, ca }
+        Manager { child, dir, webhook_port, health_port, diagnostics_port, ca }
+    }
+
+    /// The text of `/metrics`.
+    pub async fn metrics(&self) -> String {
+        let port = self.diagnostics_port;
+        tokio::task::spawn_blocking(move || http_get(port, "/metrics"))
+            .await
+            .expect("fetching /metrics")
+            .unwrap_or_else(|| panic!("/metrics on port {port} did not answer"))
     }
 
     pub fn ca_pem(&self) -> &str {
@@ -152,6 +164,21 @@ impl Drop for Manager {
     }
 }
 
+/// Applies config/rbac/runner_clusterrole.yaml, the ClusterRole the
+/// manager binds each namespace's runner ServiceAccount to (a deployment
+/// ships it with the manager's RBAC).
+pub async fn install_runner_role(client: &kube::Client) {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/rbac/runner_clusterrole.yaml"))
+        .expect("reading config/rbac/runner_clusterrole.yaml");
+    let role: ClusterRole = serde_saphyr::from_str(&text).expect("parsing the runner ClusterRole");
+    let name = role.metadata.name.clone().expect("a named ClusterRole");
+    Api::<ClusterRole>::all(client.clone())
+        .patch(&name, &PatchParams::apply("captf-testkit").force(), &Patch::Apply(&role))
+        .await
+        .expect("applying the runner ClusterRole");
+}
+
 /// Installs the CRDs generated from the API types and waits until they serve.
 pub async fn install_crds(client: &kube::Client) {
     let api = Api::<CustomResourceDefinition>::all(client.clone());
@@ -184,12 +211,24 @@ fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// The status code of a plain HTTP GET, or None if nothing answers.
-pub fn http_status(port: u16, path: &str) -> Option<u16> {
+fn http_response(port: u16, path: &str) -> Option<String> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).ok()?;
-    response.split_whitespace().nth(1)?.parse().ok()
+    Some(response)
+}
+
+/// The status code of a plain HTTP GET, or None if nothing answers.
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    http_response(port, path)?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The body of a plain HTTP GET that answered 200.
+pub fn http_get(port: u16, path: &str) -> Option<String> {
+    let response = http_response(port, path)?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    head.split_whitespace().nth(1).filter(|code| *code == "200")?;
+    Some(body.to_string())
 }

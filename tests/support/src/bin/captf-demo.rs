@@ -1,11 +1,20 @@
 //! `make demo`: a local control plane, the CRDs, the manager with its
-//! webhooks, and the sample objects of config/samples (later issues add the
-//! reconcilers that apply them with real OpenTofu). Ctrl-C stops everything.
+//! webhooks, the local pod executor standing in for kubelet, and the sample
+//! objects of config/samples, applied by real OpenTofu in their Jobs. It
+//! shows progress while it works and prints their status at the end. Ctrl-C
+//! stops everything.
 
 use std::path::{Path, PathBuf};
 
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use captf::api::{TerraformCluster, TerraformMachine, WorkspaceStatus};
 use captf_testkit::controlplane::{self, binary};
-use captf_testkit::manager::{Manager, install_crds};
+use captf_testkit::executor::{Executor, Images};
+use captf_testkit::manager::{Manager, install_crds, install_runner_role};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PostParams;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Scope, pinned_kind};
 use kube::core::GroupVersionKind;
@@ -41,10 +50,73 @@ async fn apply_sample(client: &kube::Client, path: &Path) -> Result<Vec<DynamicO
     Ok(stored)
 }
 
-async fn demo(plane: &controlplane::ControlPlane) -> Result<Manager, String> {
+/// One line per change of an object's conditions, active Job or last run.
+fn progress(kind: &str, name: &str, status: Option<&WorkspaceStatus>) -> Vec<String> {
+    let Some(status) = status else { return vec![format!("{kind}/{name}: no status yet")] };
+    let mut lines: Vec<String> = status
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| format!("{kind}/{name}: {}={} ({}) {}", c.type_, c.status, c.reason, c.message))
+        .collect();
+    if let Some(job) = &status.active_job {
+        lines.push(format!("{kind}/{name}: running Job {}", job.name));
+    }
+    if let Some(run) = &status.last_run {
+        let steps: Vec<String> = run.steps.iter().flatten().map(|s| format!("{}={}", s.name, s.exit_code)).collect();
+        lines.push(format!("{kind}/{name}: last run {} steps [{}]", run.job, steps.join(" ")));
+    }
+    lines
+}
+
+fn done(status: Option<&WorkspaceStatus>) -> bool {
+    let is_true = |t: &str| {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == t && c.status == "True"))
+    };
+    is_true("ApplyJobSucceeded") && is_true("StateReadable")
+}
+
+/// Follows the sample cluster and machine until both are applied and their
+/// state read, printing what changes; then prints their status.
+async fn follow(client: &kube::Client) -> Result<(), String> {
+    let clusters: Api<TerraformCluster> = Api::namespaced(client.clone(), "default");
+    let machines: Api<TerraformMachine> = Api::namespaced(client.clone(), "default");
+    let mut seen: BTreeMap<String, ()> = BTreeMap::new();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let cluster = clusters.get("demo").await.map_err(|e| e.to_string())?;
+        let machine = machines.get("demo-machine-0").await.map_err(|e| e.to_string())?;
+        let c = cluster.status.as_ref().map(|s| &s.workspace);
+        let m = machine.status.as_ref().map(|s| &s.workspace);
+        for line in progress("TerraformCluster", "demo", c).into_iter().chain(progress("TerraformMachine", "demo-machine-0", m)) {
+            if seen.insert(line.clone(), ()).is_none() {
+                println!("    {line}");
+            }
+        }
+        if done(c) && done(m) {
+            println!("\n==> applied. Status of TerraformCluster demo:");
+            println!("{}", serde_saphyr::to_string(&cluster.status).map_err(|e| e.to_string())?);
+            println!("==> Status of TerraformMachine demo-machine-0:");
+            println!("{}", serde_saphyr::to_string(&machine.status).map_err(|e| e.to_string())?);
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err("the samples were not applied within 10 minutes; see the manager's log".into());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn demo(plane: &controlplane::ControlPlane) -> Result<(Manager, Executor), String> {
     let client = plane.client().await;
     println!("==> installing the CRDs");
     install_crds(&client).await;
+    println!("==> installing the runner ClusterRole (config/rbac/runner_clusterrole.yaml)");
+    install_runner_role(&client).await;
+    println!("==> starting the local pod executor (it runs the Jobs' pods in place of kubelet)");
+    let executor = Executor::start(client.clone(), plane, Images::for_tests()).await;
 
     let manager_bin = std::env::var_os("CAPTF_MANAGER_BIN")
         .map(PathBuf::from)
@@ -55,6 +127,17 @@ async fn demo(plane: &controlplane::ControlPlane) -> Result<Manager, String> {
     println!("==> registering the webhooks (config/webhook) at https://127.0.0.1:{}", manager.webhook_port);
     manager.register_webhooks(&client).await;
 
+    println!("==> creating Secret default/demo-credentials, which the sample identity names");
+    let credentials = Secret {
+        metadata: kube::api::ObjectMeta { name: Some("demo-credentials".into()), ..Default::default() },
+        string_data: Some(BTreeMap::from([("EXAMPLE_API_TOKEN".to_string(), "not-a-real-token".to_string())])),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &credentials)
+        .await
+        .map_err(|e| format!("creating the credentials Secret: {e}"))?;
+
     println!("==> applying config/samples: the webhooks default what nothing inherits");
     for file in ["identity.yaml", "cluster.yaml", "machine.yaml"] {
         for object in apply_sample(&client, &workspace_root().join("config/samples").join(file)).await? {
@@ -63,7 +146,9 @@ async fn demo(plane: &controlplane::ControlPlane) -> Result<Manager, String> {
             println!("--- {kind} {} as stored:\n{spec}", object.metadata.name.unwrap_or_default());
         }
     }
-    Ok(manager)
+    println!("==> the manager starts their apply Jobs; progress:");
+    follow(&client).await?;
+    Ok((manager, executor))
 }
 
 fn main() {
@@ -76,8 +161,8 @@ fn main() {
         .enable_all()
         .build()
         .expect("building a runtime");
-    let manager = match runtime.block_on(demo(&plane)) {
-        Ok(manager) => manager,
+    let (manager, executor) = match runtime.block_on(demo(&plane)) {
+        Ok(running) => running,
         Err(e) => {
             eprintln!("demo: {e}");
             plane.stop();
@@ -85,7 +170,7 @@ fn main() {
         }
     };
     println!(
-        "\n==> ready. In another terminal:\n\n    export KUBECONFIG={}\n    alias kubectl={}\n    kubectl get terraformclusters,terraformmachines -A\n    kubectl explain terraformmachine.spec.jobs\n    curl -s http://127.0.0.1:{}/readyz\n\n    The manager's log: {}\n    Ctrl-C here stops the manager and the control plane.\n",
+        "\n==> ready. In another terminal:\n\n    export KUBECONFIG={}\n    alias kubectl={}\n    kubectl get terraformclusters,terraformmachines,jobs,secrets -A\n    kubectl explain terraformmachine.spec.jobs\n    curl -s http://127.0.0.1:{}/readyz\n\n    The manager's log: {}\n    Ctrl-C here stops the manager and the control plane.\n",
         plane.kubeconfig().display(),
         binary("kubectl").display(),
         manager.health_port,
@@ -94,8 +179,9 @@ fn main() {
     runtime.block_on(async {
         let _ = tokio::signal::ctrl_c().await;
     });
-    println!("==> stopping the manager");
+    println!("==> stopping the manager and the executor");
     drop(manager);
+    runtime.block_on(executor.stop());
     println!("==> stopping the control plane");
     plane.stop();
     println!("==> stopped");

@@ -1,0 +1,295 @@
+//! Accounting a finished Job into status (ref §8.1 step 6): its outcome from
+//! the Job's conditions and the runner's result document in the pod's
+//! termination message. Pure.
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ContainerStateTerminated;
+use k8s_openapi::jiff::Timestamp;
+use serde::Deserialize;
+
+use super::conditions::{
+    APPLY_JOB_SUCCEEDED, Cond, DRIFT_JOB_SUCCEEDED, RESTORE_JOB_SUCCEEDED, Status,
+};
+use crate::api::{LastRun, Operation, RunError, RunErrorKind, RunStep};
+use crate::names::Op;
+
+/// How a Job ended, from its own status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEnd {
+    pub succeeded: bool,
+    /// The Job controller stopped it at activeDeadlineSeconds.
+    pub deadline: bool,
+    pub at: Timestamp,
+}
+
+/// The end of a Job, or None while it is active.
+pub fn job_end(job: &Job) -> Option<JobEnd> {
+    let status = job.status.as_ref()?;
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    let end = conditions.iter().find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")?;
+    let at = end
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0)
+        .or(status.completion_time.as_ref().map(|t| t.0))
+        .unwrap_or_else(Timestamp::now);
+    Some(JobEnd {
+        succeeded: end.type_ == "Complete",
+        deadline: end.type_ == "Failed" && end.reason.as_deref() == Some("DeadlineExceeded"),
+        at,
+    })
+}
+
+/// The runner's result document (CONTRACT "Runner"), as far as status keeps
+/// it. Unknown fields (the steps' args) are ignored.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultDocument {
+    #[serde(default)]
+    pub runtime_version: Option<String>,
+    #[serde(default)]
+    pub steps: Vec<ResultStep>,
+    #[serde(default)]
+    pub error: Option<RunError>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResultStep {
+    pub name: String,
+    pub exit_code: i32,
+    #[serde(default)]
+    pub duration_milliseconds: Option<i64>,
+}
+
+/// What bookkeeping records for one finished Job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accounted {
+    pub last_run: LastRun,
+    pub succeeded: bool,
+    /// Whether the failure counts towards the retry backoff (ref §8.4).
+    pub counts_for_backoff: bool,
+    pub condition: Cond,
+    pub runtime_version: Option<String>,
+    /// The kind of failure for `captf_job_errors_total`, when it failed.
+    pub error_kind: Option<&'static str>,
+}
+
+/// Status keeps at most 16 steps (the CRD's limit).
+const MAX_STEPS: usize = 16;
+const MAX_SUMMARY: usize = 512;
+
+pub fn operation(op: Op) -> Operation {
+    match op {
+        Op::Apply => Operation::Apply,
+        Op::Plan => Operation::Plan,
+        Op::Destroy => Operation::Destroy,
+        Op::Refresh => Operation::Refresh,
+        Op::Drift => Operation::Drift,
+        Op::Restore => Operation::Restore,
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+/// Accounts a finished Job: `terminated` is its runner container's final
+/// state, when a pod ran.
+pub fn account(job: &str, op: Op, end: &JobEnd, terminated: Option<&ContainerStateTerminated>) -> Accounted {
+    let document: Option<ResultDocument> = terminated
+        .and_then(|t| t.message.as_deref())
+        .filter(|m| !m.trim().is_empty())
+        .and_then(|m| serde_json::from_str(m).ok());
+    let document_error = document.as_ref().and_then(|d| d.error.clone());
+    let oom = terminated.and_then(|t| t.reason.as_deref()) == Some("OOMKilled");
+
+    let error = if end.succeeded {
+        None
+    } else if let Some(e) = document_error {
+        Some(e)
+    } else if end.deadline {
+        Some(RunError {
+            kind: RunErrorKind::Interrupted,
+            step: None,
+            summary: Some("the Job reached its activeDeadlineSeconds".into()),
+        })
+    } else {
+        let summary = match terminated {
+            Some(_) if oom => "the runner was killed: OOMKilled (memory limit reached)".to_string(),
+            Some(t) => format!("the runner exited {} without a result document", t.exit_code),
+            None => "the Job failed before its runner ran".to_string(),
+        };
+        Some(RunError { kind: RunErrorKind::Step, step: None, summary: Some(summary) })
+    };
+    let error = error.map(|mut e| {
+        e.summary = e.summary.map(|s| truncate(s, MAX_SUMMARY));
+        e
+    });
+
+    let steps: Vec<RunStep> = document
+        .as_ref()
+        .map(|d| {
+            d.steps
+                .iter()
+                .take(MAX_STEPS)
+                .map(|s| RunStep {
+                    name: truncate(s.name.clone(), 64),
+                    exit_code: s.exit_code,
+                    duration_milliseconds: s.duration_milliseconds.map(|d| d.max(0)),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+
+    let error_kind = error.as_ref().map(|e| {
+        if end.deadline {
+            "deadline"
+        } else {
+            match e.kind {
+                RunErrorKind::Step => "step",
+                RunErrorKind::ImageLayout => "image-layout",
+                RunErrorKind::Interrupted => "interrupted",
+                RunErrorKind::Blocked => "blocked",
+                RunErrorKind::PlanChanged => "plan-changed",
+            }
+        }
+    });
+    // An interruption reported by the runner is retried without backoff; a
+    // deadline counts unless the runner said it was interrupted (ref §8.4).
+    let counts_for_backoff = !end.succeeded
+        && !matches!(
+            error.as_ref().map(|e| e.kind),
+            Some(RunErrorKind::Interrupted | RunErrorKind::Blocked | RunErrorKind::PlanChanged)
+        )
+        || end.deadline && document.as_ref().and_then(|d| d.error.as_ref()).is_none();
+
+    let condition = condition(op, end, error.as_ref(), job);
+    Accounted {
+        last_run: LastRun {
+            job: job.to_string(),
+            operation: operation(op),
+            steps: (!steps.is_empty()).then_some(steps),
+            error,
+            drift: None,
+        },
+        succeeded: end.succeeded,
+        counts_for_backoff,
+        condition,
+        runtime_version: document.and_then(|d| d.runtime_version).filter(|v| !v.is_empty() && v.len() <= 64),
+        error_kind,
+    }
+}
+
+fn condition(op: Op, end: &JobEnd, error: Option<&RunError>, job: &str) -> Cond {
+    let summary = error.and_then(|e| e.summary.clone()).unwrap_or_default();
+    let failed_message = match error.and_then(|e| e.step.as_deref()) {
+        Some(step) => format!("Job {job} failed in step {step}: {summary}"),
+        None => format!("Job {job} failed: {summary}"),
+    };
+    let image_layout = error.is_some_and(|e| e.kind == RunErrorKind::ImageLayout);
+    match op {
+        Op::Apply | Op::Destroy | Op::Plan => {
+            let (ok, failed) = match op {
+                Op::Destroy => ("DestroySucceeded", "DestroyFailed"),
+                _ => ("ApplySucceeded", "ApplyFailed"),
+            };
+            if end.succeeded {
+                if op == Op::Plan {
+                    Cond::new(APPLY_JOB_SUCCEEDED, Status::Unknown, "PlanAwaitingApproval", format!("plan Job {job} finished"))
+                } else {
+                    Cond::new(APPLY_JOB_SUCCEEDED, Status::True, ok, format!("Job {job} succeeded"))
+                }
+            } else if end.deadline {
+                Cond::new(APPLY_JOB_SUCCEEDED, Status::False, "JobDeadlineExceeded", failed_message)
+            } else if image_layout {
+                Cond::new(APPLY_JOB_SUCCEEDED, Status::False, "ImageInvalid", failed_message)
+            } else {
+                Cond::new(APPLY_JOB_SUCCEEDED, Status::False, failed, failed_message)
+            }
+        }
+        Op::Refresh | Op::Drift => {
+            if end.succeeded {
+                Cond::new(DRIFT_JOB_SUCCEEDED, Status::True, "DriftChecked", format!("Job {job} succeeded"))
+            } else if end.deadline {
+                Cond::new(DRIFT_JOB_SUCCEEDED, Status::False, "DriftJobDeadlineExceeded", failed_message)
+            } else {
+                Cond::new(DRIFT_JOB_SUCCEEDED, Status::False, "DriftJobFailed", failed_message)
+            }
+        }
+        Op::Restore => {
+            if end.succeeded {
+                Cond::new(RESTORE_JOB_SUCCEEDED, Status::True, "StateRestored", format!("Job {job} succeeded"))
+            } else {
+                Cond::new(RESTORE_JOB_SUCCEEDED, Status::False, "RestoreFailed", failed_message)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(succeeded: bool, deadline: bool) -> JobEnd {
+        JobEnd { succeeded, deadline, at: Timestamp::from_second(1).unwrap() }
+    }
+
+    fn term(exit: i32, reason: &str, message: &str) -> ContainerStateTerminated {
+        ContainerStateTerminated {
+            exit_code: exit,
+            reason: Some(reason.into()),
+            message: (!message.is_empty()).then(|| message.into()),
+            ..Default::default()
+        }
+    }
+
+    const OK_DOC: &str = r#"{"operation":"apply","runtimeVersion":"1.12.6","steps":[{"name":"init","exitCode":0,"durationMilliseconds":5,"args":["init"]},{"name":"apply","exitCode":0}]}"#;
+    const FAILED_DOC: &str = r#"{"operation":"apply","steps":[{"name":"init","exitCode":0},{"name":"apply","exitCode":1}],"error":{"kind":"step","step":"apply","summary":"Error: boom"}}"#;
+
+    #[test]
+    fn outcomes() {
+        let table: Vec<(&str, Op, JobEnd, Option<ContainerStateTerminated>, bool, &str, Option<&str>, bool)> = vec![
+            ("apply ok", Op::Apply, end(true, false), Some(term(0, "Completed", OK_DOC)), true, "ApplySucceeded", None, false),
+            ("apply step failure", Op::Apply, end(false, false), Some(term(1, "Error", FAILED_DOC)), false, "ApplyFailed", Some("step"), true),
+            ("oom, no document", Op::Apply, end(false, false), Some(term(137, "OOMKilled", "")), false, "ApplyFailed", Some("step"), true),
+            ("deadline", Op::Apply, end(false, true), None, false, "JobDeadlineExceeded", Some("deadline"), true),
+            ("destroy failure", Op::Destroy, end(false, false), Some(term(1, "Error", FAILED_DOC)), false, "DestroyFailed", Some("step"), true),
+            ("drift ok", Op::Drift, end(true, false), Some(term(0, "Completed", OK_DOC)), true, "DriftChecked", None, false),
+            ("restore failure", Op::Restore, end(false, false), None, false, "RestoreFailed", Some("step"), true),
+            ("interrupted", Op::Apply, end(false, false),
+                Some(term(1, "Error", r#"{"error":{"kind":"interrupted","summary":"SIGTERM"}}"#)), false, "ApplyFailed", Some("interrupted"), false),
+            ("image layout", Op::Apply, end(false, false),
+                Some(term(1, "Error", r#"{"error":{"kind":"image-layout","summary":"no module"}}"#)), false, "ImageInvalid", Some("image-layout"), true),
+            ("garbage message", Op::Apply, end(false, false), Some(term(1, "Error", "not json")), false, "ApplyFailed", Some("step"), true),
+        ];
+        for (what, op, e, t, ok, reason, kind, backoff) in table {
+            let a = account("job-x", op, &e, t.as_ref());
+            assert_eq!(a.succeeded, ok, "{what}");
+            assert_eq!(a.condition.reason, reason, "{what}");
+            assert_eq!(a.error_kind, kind, "{what}");
+            assert_eq!(a.counts_for_backoff, backoff, "{what}");
+            assert_eq!(a.last_run.job, "job-x");
+        }
+    }
+
+    #[test]
+    fn steps_and_summary_reach_last_run() {
+        let a = account("j", Op::Apply, &end(false, false), Some(&term(1, "Error", FAILED_DOC)));
+        let steps = a.last_run.steps.unwrap();
+        assert_eq!(steps.iter().map(|s| (s.name.as_str(), s.exit_code)).collect::<Vec<_>>(), [("init", 0), ("apply", 1)]);
+        let error = a.last_run.error.unwrap();
+        assert_eq!((error.kind, error.step.as_deref(), error.summary.as_deref()), (RunErrorKind::Step, Some("apply"), Some("Error: boom")));
+        assert!(a.condition.message.contains("step apply: Error: boom"), "{}", a.condition.message);
+        let ok = account("j", Op::Apply, &end(true, false), Some(&term(0, "Completed", OK_DOC)));
+        assert_eq!(ok.runtime_version.as_deref(), Some("1.12.6"));
+        assert_eq!(ok.last_run.error, None);
+    }
+}

@@ -1,0 +1,232 @@
+//! Which operation is due (ref §8.2, the part this manager runs so far) and
+//! the retry backoff (ref §8.4). Pure: facts in, a decision out.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::names::Op;
+
+/// What the state says, as far as the decision needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StateFact {
+    /// No state Secret: the object was never applied.
+    NotFound,
+    /// A readable state, with the inputs hash of the apply that produced it
+    /// when one was adopted.
+    Read { inputs_hash: Option<String> },
+    /// Corrupt, inconsistent or encrypted: nothing may run from it.
+    Unreadable,
+}
+
+/// A finished Job of the object, newest first in [`Facts::finished`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finished {
+    pub op: Op,
+    pub succeeded: bool,
+    /// Whether the failure counts towards backoff (an interruption does not).
+    pub counts_for_backoff: bool,
+    pub finished_at: Timestamp,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    pub state: StateFact,
+    /// The inputs hash the object renders now; None when it cannot render.
+    pub inputs_hash: Option<String>,
+    /// Whether a change of inputs re-applies (TerraformCluster and
+    /// TerraformMachinePool); a TerraformMachine is never re-applied once its
+    /// state carries an inputs hash.
+    pub mutable: bool,
+    /// Finished Jobs, newest first.
+    pub finished: Vec<Finished>,
+    pub failed_jobs_history_limit: i32,
+    pub now: Timestamp,
+}
+
+/// Why an apply is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApplyReason {
+    NoState,
+    NoInputsHash,
+    InputsChanged,
+    RetryFailed,
+}
+
+impl ApplyReason {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ApplyReason::NoState => "the object has no state yet",
+            ApplyReason::NoInputsHash => "the state carries no inputs hash",
+            ApplyReason::InputsChanged => "the inputs changed",
+            ApplyReason::RetryFailed => "the last apply failed",
+        }
+    }
+
+    /// The `reason` label of `captf_reconcile_op_decisions_total`.
+    pub const fn metric(self) -> &'static str {
+        match self {
+            ApplyReason::NoState => "no_state",
+            ApplyReason::NoInputsHash => "no_inputs_hash",
+            ApplyReason::InputsChanged => "inputs_changed",
+            ApplyReason::RetryFailed => "retry_failed",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Start an apply now.
+    Apply(ApplyReason),
+    /// An apply is due but backs off until the delay has passed.
+    Backoff { reason: ApplyReason, wait: Duration, failures: u32 },
+    /// Nothing to run.
+    Idle,
+}
+
+/// The delay after `failures` consecutive failures (ref §8.4): 1m·2^(n−1),
+/// capped at 10m, and 10m once n reaches failedJobsHistoryLimit.
+pub fn backoff(failures: u32, failed_jobs_history_limit: i32) -> Duration {
+    const CAP: Duration = Duration::from_secs(600);
+    if failures == 0 {
+        return Duration::ZERO;
+    }
+    if i64::from(failures) >= i64::from(failed_jobs_history_limit.max(1)) {
+        return CAP;
+    }
+    let exp = (failures - 1).min(4);
+    (Duration::from_secs(60) * 2u32.pow(exp)).min(CAP)
+}
+
+/// Consecutive failures of `op` since its newest success, and the newest
+/// failure's end.
+fn failures_of(finished: &[Finished], op: Op) -> (u32, Option<Timestamp>) {
+    let mut n = 0;
+    let mut newest = None;
+    for f in finished.iter().filter(|f| f.op == op) {
+        if f.succeeded {
+            break;
+        }
+        if f.counts_for_backoff {
+            n += 1;
+            newest.get_or_insert(f.finished_at);
+        }
+    }
+    (n, newest)
+}
+
+pub fn decide(facts: &Facts) -> Decision {
+    let newest_apply_failed = facts
+        .finished
+        .iter()
+        .find(|f| f.op == Op::Apply)
+        .is_some_and(|f| !f.succeeded);
+    let reason = match &facts.state {
+        StateFact::Unreadable => return Decision::Idle,
+        StateFact::NotFound => ApplyReason::NoState,
+        StateFact::Read { inputs_hash: None } => ApplyReason::NoInputsHash,
+        StateFact::Read { inputs_hash: Some(applied) } => {
+            if !facts.mutable {
+                return Decision::Idle;
+            }
+            match &facts.inputs_hash {
+                Some(current) if current != applied => ApplyReason::InputsChanged,
+                _ if newest_apply_failed => ApplyReason::RetryFailed,
+                _ => return Decision::Idle,
+            }
+        }
+    };
+    // New inputs start at once; a repeat of what failed waits its turn.
+    if reason == ApplyReason::InputsChanged {
+        return Decision::Apply(reason);
+    }
+    let (failures, newest) = failures_of(&facts.finished, Op::Apply);
+    let wait = backoff(failures, facts.failed_jobs_history_limit);
+    if let Some(at) = newest {
+        let elapsed = facts.now.duration_since(at);
+        let elapsed = Duration::try_from(elapsed).unwrap_or(Duration::ZERO);
+        if elapsed < wait {
+            return Decision::Backoff { reason, wait: wait - elapsed, failures };
+        }
+    }
+    Decision::Apply(reason)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_000_000 + secs).unwrap()
+    }
+
+    fn failed(secs: i64) -> Finished {
+        Finished { op: Op::Apply, succeeded: false, counts_for_backoff: true, finished_at: at(secs) }
+    }
+
+    fn ok(secs: i64) -> Finished {
+        Finished { op: Op::Apply, succeeded: true, counts_for_backoff: false, finished_at: at(secs) }
+    }
+
+    fn facts(state: StateFact, finished: Vec<Finished>, now: i64) -> Facts {
+        Facts {
+            state,
+            inputs_hash: Some("h2:new".into()),
+            mutable: true,
+            finished,
+            failed_jobs_history_limit: 3,
+            now: at(now),
+        }
+    }
+
+    #[test]
+    fn backoff_sequence() {
+        let m = |s| Duration::from_secs(s);
+        let table = [(0, 3, m(0)), (1, 3, m(60)), (2, 3, m(120)), (3, 3, m(600)), (4, 3, m(600)),
+            (3, 10, m(240)), (5, 10, m(600)), (9, 10, m(600)), (30, 100, m(600)), (1, 0, m(600))];
+        for (n, limit, want) in table {
+            assert_eq!(backoff(n, limit), want, "n={n} limit={limit}");
+        }
+    }
+
+    #[test]
+    fn decisions() {
+        let hash = |h: &str| StateFact::Read { inputs_hash: Some(h.into()) };
+        let table: Vec<(&str, Facts, Decision)> = vec![
+            ("no state", facts(StateFact::NotFound, vec![], 0), Decision::Apply(ApplyReason::NoState)),
+            ("unreadable", facts(StateFact::Unreadable, vec![failed(0)], 999), Decision::Idle),
+            ("no hash", facts(StateFact::Read { inputs_hash: None }, vec![], 0), Decision::Apply(ApplyReason::NoInputsHash)),
+            ("same hash", facts(hash("h2:new"), vec![ok(0)], 10), Decision::Idle),
+            ("changed", facts(hash("h2:old"), vec![failed(0)], 1), Decision::Apply(ApplyReason::InputsChanged)),
+            ("failed, backing off", facts(StateFact::NotFound, vec![failed(0)], 30),
+                Decision::Backoff { reason: ApplyReason::NoState, wait: Duration::from_secs(30), failures: 1 }),
+            ("failed, delay over", facts(StateFact::NotFound, vec![failed(0)], 60), Decision::Apply(ApplyReason::NoState)),
+            ("two failures wait 2m", facts(StateFact::NotFound, vec![failed(100), failed(0)], 200),
+                Decision::Backoff { reason: ApplyReason::NoState, wait: Duration::from_secs(20), failures: 2 }),
+            ("a success resets", facts(StateFact::NotFound, vec![failed(100), ok(50), failed(0), failed(-10)], 160),
+                Decision::Apply(ApplyReason::NoState)),
+            ("retry of same inputs", facts(hash("h2:new"), vec![failed(0)], 61), Decision::Apply(ApplyReason::RetryFailed)),
+            ("retry backs off", facts(hash("h2:new"), vec![failed(0)], 10),
+                Decision::Backoff { reason: ApplyReason::RetryFailed, wait: Duration::from_secs(50), failures: 1 }),
+        ];
+        for (what, f, want) in table {
+            assert_eq!(decide(&f), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn interruptions_do_not_count() {
+        let mut f = failed(0);
+        f.counts_for_backoff = false;
+        assert_eq!(decide(&facts(StateFact::NotFound, vec![f], 1)), Decision::Apply(ApplyReason::NoState));
+    }
+
+    #[test]
+    fn a_machine_is_not_reapplied_once_its_state_has_a_hash() {
+        let mut f = facts(StateFact::Read { inputs_hash: Some("h2:old".into()) }, vec![failed(0)], 999);
+        f.mutable = false;
+        assert_eq!(decide(&f), Decision::Idle);
+        f.state = StateFact::Read { inputs_hash: None };
+        assert_eq!(decide(&f), Decision::Apply(ApplyReason::NoInputsHash));
+    }
+}

@@ -1,0 +1,211 @@
+//! The reconcilers of TerraformCluster, TerraformMachine and
+//! TerraformMachinePool over one shared core (ref §8.1, as far as this
+//! manager goes so far). Decisions are pure (conditions, decide,
+//! bookkeeping, credentials' rules); `reconcile` gathers the facts, calls
+//! them and applies the outcome.
+
+pub mod bookkeeping;
+pub mod conditions;
+pub mod credentials;
+pub mod decide;
+mod reconcile;
+pub mod workload;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use tracing::{debug, info, warn};
+
+use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
+use crate::error::{Categorized, Category, kube_category};
+use crate::metrics::Metrics;
+use crate::server::health::{GATE_WATCHES, Readiness};
+use crate::jobs::CLUSTER_NAME_LABEL;
+use workload::Workload;
+
+/// What every reconcile shares.
+pub struct Context {
+    pub client: kube::Client,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    pub settings: Settings,
+}
+
+/// The manager flags the reconcilers use.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub runner_image: String,
+    pub cluster_operation_gate: bool,
+    pub namespace: Option<String>,
+    pub watch_filter: Option<String>,
+    pub sync_period: Duration,
+    pub concurrency: Concurrency,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Concurrency {
+    pub cluster: u16,
+    pub machine: u16,
+    pub machine_pool: u16,
+}
+
+/// Why a reconcile failed; it is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("API request failed: {0}")]
+    Kube(#[source] kube::Error),
+    #[error("reading the state: {0}")]
+    State(#[from] crate::state::ReadError),
+    #[error("runner RBAC: {0}")]
+    Rbac(#[from] crate::jobs::rbac::RbacError),
+    #[error("lease: {0}")]
+    Lease(#[from] crate::jobs::leases::LeaseError),
+    #[error("the object has no {0}")]
+    MissingMetadata(&'static str),
+}
+
+impl Categorized for Error {
+    fn category(&self) -> Category {
+        match self {
+            Error::Kube(e) => kube_category(e),
+            Error::State(e) => e.category(),
+            Error::Rbac(e) => e.category(),
+            Error::Lease(e) => e.category(),
+            Error::MissingMetadata(_) => Category::Invalid,
+        }
+    }
+}
+
+/// The name under which the manager records events and applies status.
+pub const MANAGER: &str = "captf-manager";
+
+/// An API of every namespace, or of the one `--namespace` names.
+fn scoped<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+fn watch_config(settings: &Settings) -> watcher::Config {
+    match &settings.watch_filter {
+        Some(value) => watcher::Config::default().labels(&format!("cluster.x-k8s.io/watch-filter={value}")),
+        None => watcher::Config::default(),
+    }
+}
+
+fn error_policy<K: Workload>(_obj: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
+    warn!(kind = K::KIND.kind(), "reconcile failed: {error}");
+    match error.category() {
+        Category::Transient => Action::requeue(Duration::from_secs(5)),
+        _ => Action::requeue(Duration::from_secs(30)),
+    }
+}
+
+/// Runs the three reconcilers until `shutdown` resolves. `readiness`'s
+/// watches gate opens once every controller's cache has synced.
+pub async fn run(
+    client: kube::Client,
+    metrics: Arc<Metrics>,
+    settings: Settings,
+    readiness: Readiness,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
+) {
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: std::env::var("POD_NAME").ok() }),
+        client: client.clone(),
+        metrics,
+        settings: settings.clone(),
+    });
+    let ns = settings.namespace.as_deref();
+    // Only CAPTF's own Jobs and cluster write Leases are watched.
+    let jobs = || scoped::<Job>(&client, ns);
+    let job_config = watcher::Config::default().labels("captf.io/managed=true");
+    let lease_config = watcher::Config::default().labels("captf.io/lease=cluster");
+
+    let clusters = Controller::new(scoped::<TerraformCluster>(&client, ns), watch_config(&settings))
+        .owns(jobs(), job_config.clone())
+        .graceful_shutdown_on(shutdown.clone());
+    let machines = Controller::new(scoped::<TerraformMachine>(&client, ns), watch_config(&settings))
+        .owns(jobs(), job_config.clone())
+        .graceful_shutdown_on(shutdown.clone());
+    let pools = Controller::new(scoped::<TerraformMachinePool>(&client, ns), watch_config(&settings))
+        .owns(jobs(), job_config)
+        .graceful_shutdown_on(shutdown.clone());
+    // A machine or pool waiting for its cluster's operation is woken when
+    // the cluster write lease changes.
+    let machines_store = machines.store();
+    let machines = machines.watches(scoped::<Lease>(&client, ns), lease_config.clone(), move |lease: Lease| {
+        same_cluster(&machines_store, &lease)
+    });
+    let pools_store = pools.store();
+    let pools = pools.watches(scoped::<Lease>(&client, ns), lease_config, move |lease: Lease| same_cluster(&pools_store, &lease));
+
+    let stores = (clusters.store(), machines.store(), pools.store());
+    let ready = readiness.clone();
+    tokio::spawn(async move {
+        // Polled, not awaited: kube's store readiness wakes only the last
+        // task that waited on it, and each controller waits on its own.
+        let synced = |store: &dyn Fn() -> Option<bool>| store().unwrap_or(false);
+        loop {
+            let all = [
+                synced(&|| stores.0.wait_until_ready().now_or_never().map(|r| r.is_ok())),
+                synced(&|| stores.1.wait_until_ready().now_or_never().map(|r| r.is_ok())),
+                synced(&|| stores.2.wait_until_ready().now_or_never().map(|r| r.is_ok())),
+            ];
+            if all.iter().all(|s| *s) {
+                info!("watches synced");
+                ready.mark_ready(GATE_WATCHES);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+
+    info!(namespace = ?settings.namespace, "starting the reconcilers");
+    let c = settings.concurrency;
+    let clusters = clusters
+        .with_config(kube::runtime::controller::Config::default().concurrency(c.cluster))
+        .run(reconcile::reconcile::<TerraformCluster>, error_policy, ctx.clone())
+        .for_each(log_outcome);
+    let machines = machines
+        .with_config(kube::runtime::controller::Config::default().concurrency(c.machine))
+        .run(reconcile::reconcile::<TerraformMachine>, error_policy, ctx.clone())
+        .for_each(log_outcome);
+    let pools = pools
+        .with_config(kube::runtime::controller::Config::default().concurrency(c.machine_pool))
+        .run(reconcile::reconcile::<TerraformMachinePool>, error_policy, ctx)
+        .for_each(log_outcome);
+    tokio::join!(clusters, machines, pools);
+    info!("the reconcilers stopped");
+}
+
+async fn log_outcome<T: std::fmt::Debug, E: std::fmt::Display>(outcome: Result<T, E>) {
+    match outcome {
+        Ok(object) => debug!(?object, "reconciled"),
+        Err(e) => warn!("{e}"),
+    }
+}
+
+/// The objects of the namespace that carry the lease's cluster-name label.
+fn same_cluster<K: Workload>(store: &kube::runtime::reflector::Store<K>, lease: &Lease) -> Vec<ObjectRef<K>> {
+    let ns = lease.metadata.namespace.as_deref();
+    let cluster = lease.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL));
+    store
+        .state()
+        .iter()
+        .filter(|o| o.meta().namespace.as_deref() == ns && o.cluster_name() == cluster.map(String::as_str))
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
+}

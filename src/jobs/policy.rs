@@ -1,0 +1,439 @@
+//! The effective Job policy (ref §1.2): the object's `spec.jobs` over its
+//! cluster's `spec.defaults.jobs` over the built-in defaults. Pure.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{
+    Capabilities, EnvVar, LocalObjectReference, PodSecurityContext, ResourceRequirements,
+    SeccompProfile, SecurityContext,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::api::JobPolicy;
+use crate::names::RUNNER_RBAC;
+use crate::webhooks::rules::{DEFAULT_ACTIVE_DEADLINE_SECONDS, DEFAULT_LOCK_TIMEOUT_SECONDS};
+
+pub const DEFAULT_SUCCESSFUL_JOBS_HISTORY_LIMIT: i32 = 3;
+pub const DEFAULT_FAILED_JOBS_HISTORY_LIMIT: i32 = 3;
+/// The group of the pod, so that a non-root image user reads the Secret
+/// volumes (mode 0440) through it.
+pub const RUNNER_GROUP: i64 = 65532;
+
+/// A Job policy with every field resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobSettings {
+    pub successful_jobs_history_limit: i32,
+    pub failed_jobs_history_limit: i32,
+    pub active_deadline_seconds: i64,
+    pub lock_timeout_seconds: i64,
+    pub service_account_name: String,
+    pub image_pull_secrets: Vec<LocalObjectReference>,
+    pub resources: ResourceRequirements,
+    /// Without the names that begin with `TF_` or `KUBE_`.
+    pub env: Vec<EnvVar>,
+    pub security_context: SecurityContext,
+    pub pod_security_context: PodSecurityContext,
+}
+
+/// The effective policy of an object whose own policy is `own`, under its
+/// cluster's `spec.defaults.jobs` (`None` for a TerraformCluster, which never
+/// applies its own defaults to itself).
+pub fn resolve(own: Option<&JobPolicy>, cluster_defaults: Option<&JobPolicy>) -> JobSettings {
+    // The first policy that sets the field, object before defaults.
+    fn pick<T>(
+        own: Option<&JobPolicy>,
+        defaults: Option<&JobPolicy>,
+        field: impl Fn(&JobPolicy) -> Option<T>,
+    ) -> Option<T> {
+        own.and_then(&field).or_else(|| defaults.and_then(&field))
+    }
+    let (o, d) = (own, cluster_defaults);
+    JobSettings {
+        successful_jobs_history_limit: pick(o, d, |p| p.successful_jobs_history_limit)
+            .unwrap_or(DEFAULT_SUCCESSFUL_JOBS_HISTORY_LIMIT),
+        failed_jobs_history_limit: pick(o, d, |p| p.failed_jobs_history_limit)
+            .unwrap_or(DEFAULT_FAILED_JOBS_HISTORY_LIMIT),
+        // 0 means unset (ref §1.2), so it falls through to the next level.
+        active_deadline_seconds: pick(o, d, |p| p.active_deadline_seconds.filter(|s| *s != 0))
+            .unwrap_or(DEFAULT_ACTIVE_DEADLINE_SECONDS),
+        lock_timeout_seconds: pick(o, d, |p| p.lock_timeout_seconds)
+            .unwrap_or(DEFAULT_LOCK_TIMEOUT_SECONDS),
+        service_account_name: pick(o, d, |p| p.service_account_name.clone())
+            .unwrap_or_else(|| RUNNER_RBAC.to_owned()),
+        image_pull_secrets: image_pull_secrets(o, d),
+        resources: pick(o, d, |p| p.resources.clone()).unwrap_or_else(default_resources),
+        env: merged_env(o, d)
+            .into_iter()
+            .filter(|var| !is_reserved_env(&var.name))
+            .collect(),
+        security_context: pick(o, d, |p| p.security_context.clone())
+            .unwrap_or_else(default_security_context),
+        pod_security_context: pick(o, d, |p| p.pod_security_context.clone())
+            .unwrap_or_else(default_pod_security_context),
+    }
+}
+
+/// The names of the merged env entries that the Job never receives, in
+/// order: those beginning with `TF_` or `KUBE_`.
+pub fn dropped_env_names(
+    own: Option<&JobPolicy>,
+    cluster_defaults: Option<&JobPolicy>,
+) -> Vec<String> {
+    merged_env(own, cluster_defaults)
+        .into_iter()
+        .filter(|var| is_reserved_env(&var.name))
+        .map(|var| var.name)
+        .collect()
+}
+
+/// Names the Job sets itself or the runner controls.
+fn is_reserved_env(name: &str) -> bool {
+    name.starts_with("TF_") || name.starts_with("KUBE_")
+}
+
+/// The object's entries, then the defaults' entries whose names it does not
+/// use.
+fn merged_env(own: Option<&JobPolicy>, defaults: Option<&JobPolicy>) -> Vec<EnvVar> {
+    let own = own.and_then(|p| p.env.as_deref()).unwrap_or_default();
+    let defaults = defaults.and_then(|p| p.env.as_deref()).unwrap_or_default();
+    let used: BTreeSet<&str> = own.iter().map(|var| var.name.as_str()).collect();
+    own.iter()
+        .chain(
+            defaults
+                .iter()
+                .filter(|var| !used.contains(var.name.as_str())),
+        )
+        .cloned()
+        .collect()
+}
+
+/// The union of both lists by name, the object's first.
+fn image_pull_secrets(
+    own: Option<&JobPolicy>,
+    defaults: Option<&JobPolicy>,
+) -> Vec<LocalObjectReference> {
+    let mut seen = BTreeSet::new();
+    [own, defaults]
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p.image_pull_secrets.as_deref().unwrap_or_default())
+        .filter(|secret| seen.insert(secret.name.clone()))
+        .cloned()
+        .collect()
+}
+
+pub(super) fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile {
+        type_: "RuntimeDefault".to_owned(),
+        ..Default::default()
+    }
+}
+
+pub(super) fn quantities(pairs: &[(&str, &str)]) -> BTreeMap<String, Quantity> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+        .collect()
+}
+
+/// Requests of cpu 250m and memory 512Mi, a memory limit of 2Gi and no CPU
+/// limit, so a Job is never throttled.
+pub fn default_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(quantities(&[("cpu", "250m"), ("memory", "512Mi")])),
+        limits: Some(quantities(&[("memory", "2Gi")])),
+        ..Default::default()
+    }
+}
+
+/// seccomp RuntimeDefault, all capabilities dropped, no privilege escalation,
+/// a read-only root filesystem. runAsNonRoot is not defaulted: the image
+/// decides its user.
+pub fn default_security_context() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            ..Default::default()
+        }),
+        read_only_root_filesystem: Some(true),
+        seccomp_profile: Some(runtime_default_seccomp()),
+        ..Default::default()
+    }
+}
+
+/// seccomp RuntimeDefault and fsGroup 65532.
+pub fn default_pod_security_context() -> PodSecurityContext {
+    PodSecurityContext {
+        fs_group: Some(RUNNER_GROUP),
+        seccomp_profile: Some(runtime_default_seccomp()),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<EnvVar> {
+        pairs
+            .iter()
+            .map(|(name, value)| EnvVar {
+                name: (*name).to_owned(),
+                value: Some((*value).to_owned()),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    fn secrets(names: &[&str]) -> Vec<LocalObjectReference> {
+        names
+            .iter()
+            .map(|n| LocalObjectReference {
+                name: (*n).to_owned(),
+            })
+            .collect()
+    }
+
+    fn env_pairs(vars: &[EnvVar]) -> Vec<(String, String)> {
+        vars.iter()
+            .map(|v| (v.name.clone(), v.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn built_in_defaults_when_nothing_is_set() {
+        let want = JobSettings {
+            successful_jobs_history_limit: 3,
+            failed_jobs_history_limit: 3,
+            active_deadline_seconds: 3600,
+            lock_timeout_seconds: 300,
+            service_account_name: "captf-runner".into(),
+            image_pull_secrets: vec![],
+            resources: default_resources(),
+            env: vec![],
+            security_context: default_security_context(),
+            pod_security_context: default_pod_security_context(),
+        };
+        assert_eq!(resolve(None, None), want);
+        assert_eq!(
+            resolve(Some(&JobPolicy::default()), Some(&JobPolicy::default())),
+            want
+        );
+
+        let r = default_resources();
+        assert_eq!(r.requests.as_ref().unwrap()["cpu"].0, "250m");
+        assert_eq!(r.requests.as_ref().unwrap()["memory"].0, "512Mi");
+        assert_eq!(r.limits.as_ref().unwrap()["memory"].0, "2Gi");
+        assert!(
+            !r.limits.as_ref().unwrap().contains_key("cpu"),
+            "no CPU limit"
+        );
+        let p = default_pod_security_context();
+        assert_eq!(p.fs_group, Some(65532));
+        assert_eq!(p.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let s = default_security_context();
+        assert_eq!(s.run_as_non_root, None);
+        assert_eq!(s.capabilities.unwrap().drop, Some(vec!["ALL".to_owned()]));
+    }
+
+    #[test]
+    fn scalar_fields_object_then_defaults_then_built_in() {
+        let own = JobPolicy {
+            successful_jobs_history_limit: Some(0),
+            lock_timeout_seconds: Some(60),
+            service_account_name: Some("mine".into()),
+            ..Default::default()
+        };
+        let defaults = JobPolicy {
+            successful_jobs_history_limit: Some(9),
+            failed_jobs_history_limit: Some(7),
+            active_deadline_seconds: Some(1800),
+            lock_timeout_seconds: Some(120),
+            service_account_name: Some("theirs".into()),
+            ..Default::default()
+        };
+        // (own, defaults) -> (successful, failed, deadline, lock, account)
+        let table: &[(
+            Option<&JobPolicy>,
+            Option<&JobPolicy>,
+            (i32, i32, i64, i64, &str),
+        )] = &[
+            (Some(&own), Some(&defaults), (0, 7, 1800, 60, "mine")),
+            (Some(&own), None, (0, 3, 3600, 60, "mine")),
+            (None, Some(&defaults), (9, 7, 1800, 120, "theirs")),
+            (Some(&defaults), Some(&own), (9, 7, 1800, 120, "theirs")),
+            (None, None, (3, 3, 3600, 300, "captf-runner")),
+        ];
+        for (o, d, want) in table {
+            let s = resolve(*o, *d);
+            let got = (
+                s.successful_jobs_history_limit,
+                s.failed_jobs_history_limit,
+                s.active_deadline_seconds,
+                s.lock_timeout_seconds,
+                s.service_account_name.as_str(),
+            );
+            assert_eq!(got, *want, "{o:?} over {d:?}");
+        }
+    }
+
+    #[test]
+    fn zero_deadline_means_unset_but_zero_lock_timeout_is_a_value() {
+        let zero = JobPolicy {
+            active_deadline_seconds: Some(0),
+            lock_timeout_seconds: Some(0),
+            ..Default::default()
+        };
+        let defaults = JobPolicy {
+            active_deadline_seconds: Some(900),
+            lock_timeout_seconds: Some(100),
+            ..Default::default()
+        };
+        let s = resolve(Some(&zero), Some(&defaults));
+        assert_eq!(
+            (s.active_deadline_seconds, s.lock_timeout_seconds),
+            (900, 0)
+        );
+        let s = resolve(Some(&zero), None);
+        assert_eq!(
+            (s.active_deadline_seconds, s.lock_timeout_seconds),
+            (3600, 0)
+        );
+        let s = resolve(None, Some(&zero));
+        assert_eq!(s.active_deadline_seconds, 3600);
+    }
+
+    #[test]
+    fn env_merges_by_name_and_drops_reserved_names() {
+        let own = JobPolicy {
+            env: Some(env(&[
+                ("REGION", "own"),
+                ("TF_LOG", "trace"),
+                ("ZONE", "a"),
+            ])),
+            ..Default::default()
+        };
+        let defaults = JobPolicy {
+            env: Some(env(&[
+                ("PROXY", "p"),
+                ("REGION", "default"),
+                ("KUBE_CONFIG", "x"),
+                ("TF_LOG", "debug"),
+                ("TFX", "kept"),
+                ("KUBECONFIG", "kept too"),
+            ])),
+            ..Default::default()
+        };
+        let table: &[(
+            Option<&JobPolicy>,
+            Option<&JobPolicy>,
+            &[(&str, &str)],
+            &[&str],
+        )] = &[
+            (
+                Some(&own),
+                Some(&defaults),
+                &[
+                    ("REGION", "own"),
+                    ("ZONE", "a"),
+                    ("PROXY", "p"),
+                    ("TFX", "kept"),
+                    ("KUBECONFIG", "kept too"),
+                ],
+                &["TF_LOG", "KUBE_CONFIG"],
+            ),
+            (
+                Some(&own),
+                None,
+                &[("REGION", "own"), ("ZONE", "a")],
+                &["TF_LOG"],
+            ),
+            (
+                None,
+                Some(&defaults),
+                &[
+                    ("PROXY", "p"),
+                    ("REGION", "default"),
+                    ("TFX", "kept"),
+                    ("KUBECONFIG", "kept too"),
+                ],
+                &["KUBE_CONFIG", "TF_LOG"],
+            ),
+            (None, None, &[], &[]),
+        ];
+        for (o, d, want, dropped) in table {
+            let got = env_pairs(&resolve(*o, *d).env);
+            let want: Vec<(String, String)> = want
+                .iter()
+                .map(|(n, v)| ((*n).into(), (*v).into()))
+                .collect();
+            assert_eq!(got, want);
+            assert_eq!(dropped_env_names(*o, *d), *dropped);
+        }
+    }
+
+    #[test]
+    fn image_pull_secrets_are_a_union_object_first() {
+        let policy = |names: &[&str]| JobPolicy {
+            image_pull_secrets: Some(secrets(names)),
+            ..Default::default()
+        };
+        let table: &[(Option<JobPolicy>, Option<JobPolicy>, &[&str])] = &[
+            (
+                Some(policy(&["a", "b"])),
+                Some(policy(&["b", "c"])),
+                &["a", "b", "c"],
+            ),
+            (
+                Some(policy(&["c"])),
+                Some(policy(&["a", "c", "b"])),
+                &["c", "a", "b"],
+            ),
+            (Some(policy(&["a", "a"])), None, &["a"]),
+            (None, Some(policy(&["z"])), &["z"]),
+            (Some(JobPolicy::default()), Some(policy(&["z"])), &["z"]),
+            (None, None, &[]),
+        ];
+        for (o, d, want) in table {
+            let got = resolve(o.as_ref(), d.as_ref()).image_pull_secrets;
+            assert_eq!(got, secrets(want), "{o:?} over {d:?}");
+        }
+    }
+
+    #[test]
+    fn contexts_and_resources_are_replaced_whole() {
+        let resources = ResourceRequirements {
+            limits: Some(BTreeMap::from([("cpu".to_owned(), Quantity("1".into()))])),
+            ..Default::default()
+        };
+        let security = SecurityContext {
+            run_as_non_root: Some(true),
+            ..Default::default()
+        };
+        let pod = PodSecurityContext {
+            run_as_user: Some(1000),
+            ..Default::default()
+        };
+        let own = JobPolicy {
+            resources: Some(resources.clone()),
+            security_context: Some(security.clone()),
+            ..Default::default()
+        };
+        let defaults = JobPolicy {
+            resources: Some(ResourceRequirements::default()),
+            security_context: Some(SecurityContext::default()),
+            pod_security_context: Some(pod.clone()),
+            ..Default::default()
+        };
+        let s = resolve(Some(&own), Some(&defaults));
+        // Not merged field by field with the defaults: the object's value as
+        // it is, without memory requests or the default drop-ALL.
+        assert_eq!(s.resources, resources);
+        assert_eq!(s.security_context, security);
+        assert_eq!(s.pod_security_context, pod);
+        let s = resolve(None, Some(&defaults));
+        assert_eq!(s.resources, ResourceRequirements::default());
+        assert_eq!(s.security_context, SecurityContext::default());
+    }
+}

@@ -1,0 +1,473 @@
+//! The steps of each operation (book: inside-the-job.md "Steps by
+//! operation"; ref §6.3 "Runtime commands per op" and "Command flags"), and
+//! how each step's outcome is judged. Everything here is pure.
+
+use std::path::Path;
+
+use crate::api::Operation;
+
+/// The variables file the rendered root comes with.
+pub const VAR_FILE_ARG: &str = "-var-file=terraform.tfvars.json";
+
+/// A step, by the name the result document gives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepName {
+    Init,
+    ForceUnlock,
+    Validate,
+    Plan,
+    Show,
+    Apply,
+    Destroy,
+    ApplyRefreshOnly,
+    StatePush,
+    StateList,
+}
+
+impl StepName {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            StepName::Init => "init",
+            StepName::ForceUnlock => "force-unlock",
+            StepName::Validate => "validate",
+            StepName::Plan => "plan",
+            StepName::Show => "show",
+            StepName::Apply => "apply",
+            StepName::Destroy => "destroy",
+            StepName::ApplyRefreshOnly => "apply-refresh-only",
+            StepName::StatePush => "state-push",
+            StepName::StateList => "state-list",
+        }
+    }
+}
+
+/// What becomes of a step's standard output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stdout {
+    /// Passed through to the runner's log.
+    Log,
+    /// Passed through and kept, for the runner to read.
+    LogAndKeep,
+    /// Neither logged nor kept: `show -json` prints every value of the plan,
+    /// sensitive or not.
+    Discard,
+}
+
+/// One runtime invocation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Step {
+    pub name: StepName,
+    pub args: Vec<String>,
+    pub stdout: Stdout,
+    /// Exit code 2 means "changes present" (`-detailed-exitcode`).
+    pub changes_exit_code: bool,
+}
+
+/// What the steps of a run depend on.
+#[derive(Clone, Debug)]
+pub struct StepInputs<'a> {
+    pub op: Operation,
+    pub lock_timeout_seconds: u64,
+    pub backend_config: &'a [String],
+    pub force_unlock: Option<&'a str>,
+    pub plan_file: &'a Path,
+    pub restore_file: &'a Path,
+}
+
+/// `version -json`, run before every other step; informational.
+pub fn version_args() -> Vec<String> {
+    strings(&["version", "-json"])
+}
+
+/// The steps of a run, in order.
+pub fn steps(inputs: &StepInputs<'_>) -> Vec<Step> {
+    let lock = format!("-lock-timeout={}s", inputs.lock_timeout_seconds);
+    let plan_file = inputs.plan_file.display().to_string();
+    let step = |name, args: Vec<String>| Step {
+        name,
+        args,
+        stdout: match name {
+            StepName::Show => Stdout::Discard,
+            StepName::Validate | StepName::StateList => Stdout::LogAndKeep,
+            _ => Stdout::Log,
+        },
+        changes_exit_code: false,
+    };
+    // init, plan, apply and destroy share their leading flags.
+    let command = |verb: &str| strings(&[verb, "-input=false", "-no-color", &lock]);
+
+    let mut init = command("init");
+    init.extend(
+        inputs
+            .backend_config
+            .iter()
+            .map(|kv| format!("-backend-config={kv}")),
+    );
+    let mut out = vec![step(StepName::Init, init)];
+    if let Some(id) = inputs.force_unlock {
+        out.push(step(
+            StepName::ForceUnlock,
+            strings(&["force-unlock", "-force", id]),
+        ));
+    }
+    let validate = || {
+        step(
+            StepName::Validate,
+            strings(&["validate", "-json", "-no-color"]),
+        )
+    };
+    let show = || {
+        step(
+            StepName::Show,
+            strings(&["show", "-json", "-no-color", &plan_file]),
+        )
+    };
+    let refresh_only = || {
+        let mut args = command("apply");
+        args.extend(strings(&["-refresh-only", "-auto-approve", VAR_FILE_ARG]));
+        step(StepName::ApplyRefreshOnly, args)
+    };
+    let out_arg = format!("-out={plan_file}");
+    match inputs.op {
+        Operation::Apply => {
+            let mut apply = command("apply");
+            apply.extend(strings(&["-auto-approve", VAR_FILE_ARG]));
+            out.extend([validate(), step(StepName::Apply, apply)]);
+        }
+        Operation::Plan => {
+            let mut plan = command("plan");
+            plan.extend(strings(&[VAR_FILE_ARG, &out_arg]));
+            out.extend([validate(), step(StepName::Plan, plan), show()]);
+        }
+        Operation::Destroy => {
+            let mut destroy = command("destroy");
+            destroy.extend(strings(&["-auto-approve", VAR_FILE_ARG]));
+            out.push(step(StepName::Destroy, destroy));
+        }
+        Operation::Refresh => out.push(refresh_only()),
+        Operation::Drift => {
+            let mut plan = command("plan");
+            plan.extend(strings(&[
+                "-refresh=false",
+                "-detailed-exitcode",
+                VAR_FILE_ARG,
+                &out_arg,
+            ]));
+            let plan = Step {
+                changes_exit_code: true,
+                ..step(StepName::Plan, plan)
+            };
+            out.extend([refresh_only(), plan, show()]);
+        }
+        Operation::Restore => {
+            let file = inputs.restore_file.display().to_string();
+            let push = strings(&["state", "push", "-force", &lock, &file]);
+            out.extend([
+                step(StepName::StatePush, push),
+                step(StepName::StateList, strings(&["state", "list"])),
+            ]);
+        }
+    }
+    out
+}
+
+/// A step's arguments as the result records them: each backend setting's
+/// value is elided, since it may name a token or a path.
+pub fn recorded_args(args: &[String]) -> Vec<String> {
+    args.iter()
+        .map(|arg| match arg.strip_prefix("-backend-config=") {
+            Some(kv) => match kv.split_once('=') {
+                Some((key, _)) => format!("-backend-config={key}"),
+                None => arg.clone(),
+            },
+            None => arg.clone(),
+        })
+        .collect()
+}
+
+/// How a finished step is judged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Succeeded,
+    /// Succeeded, with a reason the runner logs.
+    SucceededBecause(&'static str),
+    Failed,
+    /// Failed with the runner's own summary rather than the runtime's.
+    FailedBecause(String),
+}
+
+/// Judges a finished step from its exit code and output.
+pub fn judge(
+    step: &Step,
+    exit_code: i32,
+    stdout: &[u8],
+    stderr: &[u8],
+    restore_resources: u64,
+) -> Verdict {
+    match (step.name, exit_code) {
+        (_, 0) if step.name == StepName::StateList => {
+            let listed = stdout
+                .split(|&b| b == b'\n')
+                .filter(|line| !line.iter().all(u8::is_ascii_whitespace))
+                .count();
+            if restore_resources > 0 && listed == 0 {
+                Verdict::FailedBecause(format!(
+                    "the restored state lists no resource, but the backup had {restore_resources}"
+                ))
+            } else {
+                Verdict::Succeeded
+            }
+        }
+        (_, 0) => Verdict::Succeeded,
+        (StepName::Plan, 2) if step.changes_exit_code => Verdict::Succeeded,
+        (StepName::ForceUnlock, _) => match stale_lock_gone(stderr) {
+            Some(reason) => Verdict::SucceededBecause(reason),
+            None => Verdict::Failed,
+        },
+        _ => Verdict::Failed,
+    }
+}
+
+/// Whether a failed force-unlock found the stale lock already gone: the state
+/// is unlocked (a retried pod, or the holder released it), or the lock is
+/// held under another ID (someone locked it since; not ours to clear, and
+/// the next step waits for it like for any lock). The messages are the
+/// kubernetes backend's as OpenTofu prints them, possibly in color.
+fn stale_lock_gone(stderr: &[u8]) -> Option<&'static str> {
+    let plain = strip_ansi_escapes::strip(stderr);
+    let text = String::from_utf8_lossy(&plain);
+    let reasons: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.split_once("Failed to unlock state: "))
+        .map(|(_, reason)| reason.trim_end())
+        .collect();
+    if reasons.contains(&"state is already unlocked") {
+        Some("the state is already unlocked")
+    } else if reasons
+        .iter()
+        .any(|r| r.starts_with("lock id ") && r.ends_with(" does not match existing lock"))
+    {
+        Some("the lock is now held under another ID")
+    } else {
+        None
+    }
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BACKEND: [&str; 3] = [
+        "secret_suffix=0123456789abcdef-m",
+        "namespace=team-a",
+        "in_cluster_config=true",
+    ];
+
+    fn plan(op: Operation, force_unlock: Option<&str>) -> Vec<Step> {
+        let backend: Vec<String> = BACKEND.iter().map(|s| s.to_string()).collect();
+        steps(&StepInputs {
+            op,
+            lock_timeout_seconds: 300,
+            backend_config: &backend,
+            force_unlock,
+            plan_file: Path::new("/captf/work/plan.out"),
+            restore_file: Path::new("/captf/work/restore.tfstate"),
+        })
+    }
+
+    fn lines(steps: &[Step]) -> Vec<String> {
+        steps
+            .iter()
+            .map(|s| format!("{}: {}", s.name.as_str(), s.args.join(" ")))
+            .collect()
+    }
+
+    const INIT: &str = "init: init -input=false -no-color -lock-timeout=300s \
+        -backend-config=secret_suffix=0123456789abcdef-m -backend-config=namespace=team-a \
+        -backend-config=in_cluster_config=true";
+    const VALIDATE: &str = "validate: validate -json -no-color";
+    const SHOW: &str = "show: show -json -no-color /captf/work/plan.out";
+    const REFRESH: &str = "apply-refresh-only: apply -input=false -no-color -lock-timeout=300s \
+        -refresh-only -auto-approve -var-file=terraform.tfvars.json";
+
+    #[test]
+    fn steps_by_operation() {
+        for (op, want) in [
+            (
+                Operation::Apply,
+                vec![
+                    INIT,
+                    VALIDATE,
+                    "apply: apply -input=false -no-color -lock-timeout=300s -auto-approve \
+                     -var-file=terraform.tfvars.json",
+                ],
+            ),
+            (
+                Operation::Plan,
+                vec![
+                    INIT,
+                    VALIDATE,
+                    "plan: plan -input=false -no-color -lock-timeout=300s \
+                     -var-file=terraform.tfvars.json -out=/captf/work/plan.out",
+                    SHOW,
+                ],
+            ),
+            (
+                Operation::Destroy,
+                vec![
+                    INIT,
+                    "destroy: destroy -input=false -no-color -lock-timeout=300s -auto-approve \
+                     -var-file=terraform.tfvars.json",
+                ],
+            ),
+            (Operation::Refresh, vec![INIT, REFRESH]),
+            (
+                Operation::Drift,
+                vec![
+                    INIT,
+                    REFRESH,
+                    "plan: plan -input=false -no-color -lock-timeout=300s -refresh=false \
+                     -detailed-exitcode -var-file=terraform.tfvars.json -out=/captf/work/plan.out",
+                    SHOW,
+                ],
+            ),
+            (
+                Operation::Restore,
+                vec![
+                    INIT,
+                    "state-push: state push -force -lock-timeout=300s /captf/work/restore.tfstate",
+                    "state-list: state list",
+                ],
+            ),
+        ] {
+            assert_eq!(lines(&plan(op, None)), want, "{op:?}");
+        }
+    }
+
+    #[test]
+    fn force_unlock_follows_init() {
+        let got = lines(&plan(Operation::Destroy, Some("6b1d4cde-lock")));
+        assert_eq!(got[0], INIT);
+        assert_eq!(got[1], "force-unlock: force-unlock -force 6b1d4cde-lock");
+        assert!(got[2].starts_with("destroy: "));
+    }
+
+    #[test]
+    fn lock_timeout_on_exactly_the_state_touching_steps() {
+        for op in [
+            Operation::Apply,
+            Operation::Plan,
+            Operation::Destroy,
+            Operation::Refresh,
+            Operation::Drift,
+            Operation::Restore,
+        ] {
+            for step in plan(op, Some("id")) {
+                let has = step.args.iter().any(|a| a.starts_with("-lock-timeout="));
+                let wants = matches!(
+                    step.name,
+                    StepName::Init
+                        | StepName::Plan
+                        | StepName::Apply
+                        | StepName::Destroy
+                        | StepName::ApplyRefreshOnly
+                        | StepName::StatePush
+                );
+                assert_eq!(has, wants, "{op:?} {:?}", step.name);
+            }
+        }
+    }
+
+    #[test]
+    fn show_output_is_never_logged() {
+        for op in [Operation::Plan, Operation::Drift] {
+            let show = plan(op, None)
+                .into_iter()
+                .find(|s| s.name == StepName::Show)
+                .unwrap();
+            assert_eq!(show.stdout, Stdout::Discard);
+        }
+    }
+
+    #[test]
+    fn recorded_args_elide_backend_values() {
+        let args: Vec<String> = [
+            "init",
+            "-lock-timeout=300s",
+            "-backend-config=config_path=/home/me/.kube/config",
+            "-backend-config=labels={\"a\"=\"b=c\"}",
+            "-backend-config=backend.hcl",
+            "-var-file=terraform.tfvars.json",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(
+            recorded_args(&args),
+            [
+                "init",
+                "-lock-timeout=300s",
+                "-backend-config=config_path",
+                "-backend-config=labels",
+                "-backend-config=backend.hcl",
+                "-var-file=terraform.tfvars.json",
+            ]
+        );
+    }
+
+    #[test]
+    fn verdicts() {
+        use Operation::*;
+        use StepName as S;
+        // As OpenTofu 1.12 prints them with the kubernetes backend (colored:
+        // force-unlock takes no -no-color).
+        let unlocked = "\x1b[31m\u{2502}\x1b[0m \x1b[0m\x1b[1m\x1b[31mError: \x1b[0m\x1b[0m\x1b[1m\
+                        Failed to unlock state: state is already unlocked\x1b[0m\n";
+        let mismatch = "Error: Failed to unlock state: lock id \"6c4a\" does not match existing \
+                        lock\nLock Info:\n  ID: other\n";
+        let other = "Error: Failed to unlock state: connection refused\n";
+        let quoted = "Error: Failed to load state: the state is already unlocked, says a module\n";
+        let gone = Verdict::SucceededBecause("the state is already unlocked");
+        let relocked = Verdict::SucceededBecause("the lock is now held under another ID");
+        let no_resource = Verdict::FailedBecause(
+            "the restored state lists no resource, but the backup had 3".into(),
+        );
+        // (op, step, exit code, stdout, stderr, --restore-resources, verdict)
+        for (op, name, code, stdout, stderr, resources, want) in [
+            (Apply, S::Apply, 0, "", "", 0, Verdict::Succeeded),
+            (Apply, S::Apply, 1, "", "Error: x", 0, Verdict::Failed),
+            (Apply, S::Validate, 2, "", "", 0, Verdict::Failed),
+            (Plan, S::Plan, 2, "", "", 0, Verdict::Failed),
+            (Drift, S::Plan, 2, "", "", 0, Verdict::Succeeded),
+            (Drift, S::Plan, 1, "", "", 0, Verdict::Failed),
+            (Apply, S::ForceUnlock, 1, "", unlocked, 0, gone),
+            (Apply, S::ForceUnlock, 1, "", mismatch, 0, relocked),
+            (Apply, S::ForceUnlock, 1, "", other, 0, Verdict::Failed),
+            (Apply, S::ForceUnlock, 1, "", quoted, 0, Verdict::Failed),
+            (Apply, S::Apply, 1, "", unlocked, 0, Verdict::Failed),
+            (
+                Restore,
+                S::StateList,
+                0,
+                "module.role.x.y\n",
+                "",
+                3,
+                Verdict::Succeeded,
+            ),
+            (Restore, S::StateList, 0, "", "", 0, Verdict::Succeeded),
+            (Restore, S::StateList, 0, "\n", "", 3, no_resource),
+            (Restore, S::StateList, 1, "", "", 0, Verdict::Failed),
+        ] {
+            let step = plan(op, Some("id"))
+                .into_iter()
+                .find(|s| s.name == name)
+                .unwrap();
+            let got = judge(&step, code, stdout.as_bytes(), stderr.as_bytes(), resources);
+            assert_eq!(got, want, "{op:?} {name:?} {code} {stderr:?}");
+        }
+    }
+}

@@ -1,0 +1,223 @@
+# The module of the demo and the controller tests: it plays every role.
+# It declares every input the renderer may pass (reference §9.3) and outputs
+# every output of every role (§9.4), each once, from one built-in
+# terraform_data resource, so init and apply download no provider.
+#
+# No backend block: this is the child module of the rendered root, which
+# holds the backend.
+
+# Common inputs.
+variable "captf_contract" {
+  type = string
+}
+
+variable "captf_cluster" {
+  type = object({
+    name      = string
+    namespace = string
+  })
+  default = null
+}
+
+variable "captf_object" {
+  type = object({
+    kind      = string
+    name      = string
+    namespace = string
+  })
+}
+
+variable "captf_tags" {
+  type = map(string)
+}
+
+variable "captf_cluster_outputs" {
+  type    = any
+  default = null
+}
+
+# Role inputs. Each role receives only its own, so all default to null; no
+# type constraint, so that the renderer's shape is taken as it is.
+variable "control_plane_endpoint" {
+  default = null
+}
+
+variable "kubernetes_version" {
+  default = null
+}
+
+variable "control_plane_initialized" {
+  default = null
+}
+
+variable "cluster_network" {
+  default = null
+}
+
+variable "machine_name" {
+  default = null
+}
+
+variable "bootstrap_data" {
+  default   = null
+  sensitive = true
+}
+
+variable "bootstrap_format" {
+  default = null
+}
+
+variable "failure_domain" {
+  default = null
+}
+
+variable "control_plane" {
+  default = null
+}
+
+variable "machinepool_name" {
+  default = null
+}
+
+variable "replicas" {
+  default = null
+}
+
+variable "failure_domains" {
+  default = null
+}
+
+variable "cluster_failure_domains" {
+  default = null
+}
+
+variable "node_labels" {
+  default = null
+}
+
+variable "autoscaling" {
+  default = null
+}
+
+# User variables of the samples and tests.
+variable "greeting" {
+  type    = string
+  default = "hello"
+}
+
+variable "size" {
+  type    = string
+  default = "small"
+}
+
+variable "message" {
+  type    = string
+  default = "noop"
+}
+
+# Test switches: a slow apply (to watch locks and leases), a failing one,
+# and a dump of the environment the runtime gives its provisioners, which
+# is the environment tofu itself runs with.
+variable "sleep_seconds" {
+  type    = number
+  default = 0
+}
+
+variable "fail" {
+  type    = bool
+  default = false
+}
+
+variable "dump_env" {
+  type    = bool
+  default = false
+}
+
+resource "terraform_data" "run" {
+  input = {
+    sleep = var.sleep_seconds
+    fail  = var.fail
+    dump  = var.dump_env
+  }
+
+  provisioner "local-exec" {
+    command = join(" && ", compact([
+      var.dump_env ? "env > seen-env" : "",
+      "sleep ${var.sleep_seconds}",
+      var.fail ? "echo 'the noop module was asked to fail' >&2 && exit 3" : "",
+    ]))
+  }
+}
+
+locals {
+  id       = "noop://${var.captf_object.namespace}/${var.captf_object.name}"
+  replicas = var.replicas == null ? 0 : var.replicas
+  members  = sort([for i in range(local.replicas) : "${local.id}-${i}"])
+}
+
+resource "terraform_data" "noop" {
+  input = {
+    object   = var.captf_object
+    tags     = var.captf_tags
+    greeting = var.greeting
+    size     = var.size
+    message  = var.message
+    replicas = local.replicas
+  }
+}
+
+# Cluster role.
+output "control_plane_endpoint" {
+  value = var.control_plane_endpoint != null ? var.control_plane_endpoint : {
+    host = "${var.captf_object.name}.noop.captf.test"
+    port = 6443
+  }
+}
+
+output "failure_domains" {
+  value = [{ name = "noop-a", control_plane = true, attributes = {} }]
+}
+
+output "exports" {
+  value = {
+    cluster  = terraform_data.noop.output.object.name
+    greeting = terraform_data.noop.output.greeting
+  }
+}
+
+output "health" {
+  value = { state = "running", healthy = true }
+}
+
+# Machine role (provider_id also serves the pool role).
+output "provider_id" {
+  value = local.id
+}
+
+output "addresses" {
+  value = [
+    { type = "InternalIP", address = "192.0.2.10" },
+    { type = "Hostname", address = terraform_data.noop.output.object.name },
+  ]
+}
+
+output "failure_domain" {
+  value = var.failure_domain
+}
+
+output "interruptible" {
+  value = false
+}
+
+# Pool role.
+output "provider_id_list" {
+  value = local.members
+}
+
+output "replicas" {
+  value = terraform_data.noop.output.replicas
+}
+
+output "instances" {
+  value = [for id in local.members : { provider_id = id, state = "running" }]
+}

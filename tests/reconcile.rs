@@ -1,0 +1,538 @@
+//! The reconcilers end to end: the manager process, the local pod executor
+//! in place of kubelet, real OpenTofu in the Jobs' pods, and the real API
+//! server. Each test has its own namespace, manager (`--namespace`) and
+//! executor.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use captf::api::{
+    AllowedNamespaces, IdentityReference, SecretReference, Source, TerraformCluster,
+    TerraformClusterIdentity, TerraformClusterIdentitySpec, TerraformClusterSpec,
+    TerraformMachine, TerraformMachineSpec, Variables, WorkspaceSpec, WorkspaceStatus,
+};
+use captf::names::{self, Kind};
+use captf_testkit::controlplane;
+use captf_testkit::executor::{Executor, Image, Images};
+use captf_testkit::manager::{Manager, install_crds, install_runner_role};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+const NOOP: &str = "captf.test/modules/noop:dev";
+
+/// Waits up to `secs` for `probe`; on a timeout, panics with what the
+/// objects say and the manager's and executor's logs.
+async fn within<T, F, Fut>(env: &Env, secs: u64, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            let clusters = Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns).list(&ListParams::default()).await;
+            let machines = Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns).list(&ListParams::default()).await;
+            let statuses: Vec<String> = clusters
+                .into_iter()
+                .flat_map(|l| l.items.into_iter().map(|c| describe(&c.name_any(), c.status.map(|s| s.workspace))))
+                .chain(machines.into_iter().flat_map(|l| l.items.into_iter().map(|m| describe(&m.name_any(), m.status.map(|s| s.workspace)))))
+                .collect();
+            panic!("timed out after {secs}s waiting for {what}\n--- objects:\n{}{}", statuses.join("\n"), env.context());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn describe(name: &str, status: Option<WorkspaceStatus>) -> String {
+    let Some(status) = status else { return format!("{name}: no status") };
+    let conditions: Vec<String> = status
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| format!("  {}={} {}: {}", c.type_, c.status, c.reason, c.message))
+        .collect();
+    format!("{name}:\n{}\n  lastRun: {:?}", conditions.join("\n"), status.last_run)
+}
+
+struct Env {
+    client: kube::Client,
+    ns: String,
+    identity: String,
+    manager: Manager,
+    executor: Executor,
+}
+
+/// A namespace with an identity that allows it (its Secret holds `creds`),
+/// an executor and a manager for that namespace.
+async fn setup(prefix: &str, creds: &[(&str, &str)], extra: &[&str]) -> Env {
+    let plane = controlplane::shared();
+    let client = plane.client().await;
+    install_crds(&client).await;
+    install_runner_role(&client).await;
+    let ns = captf_testkit::namespace(&client, prefix).await;
+    let identity = format!("id-{ns}");
+    let secret = Secret {
+        metadata: ObjectMeta { name: Some("creds".into()), ..Default::default() },
+        string_data: Some(creds.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await.unwrap();
+    let id = TerraformClusterIdentity::new(&identity, TerraformClusterIdentitySpec {
+        secret_ref: SecretReference { name: "creds".into(), namespace: ns.clone() },
+        allowed_namespaces: Some(AllowedNamespaces { list: Some(vec![ns.clone()]), selector: None }),
+    });
+    Api::<TerraformClusterIdentity>::all(client.clone()).create(&PostParams::default(), &id).await.unwrap();
+    let executor = Executor::start_in(client.clone(), plane, images(), &ns).await;
+    let mut args = vec![format!("--namespace={ns}")];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut manager = Manager::start(plane, Path::new(env!("CARGO_BIN_EXE_captf-manager")), &args);
+    manager.wait_ready().await;
+    Env { client, ns, identity, manager, executor }
+}
+
+/// The test images, plus the noop module in an image whose ENV tries to
+/// steer tofu.
+fn images() -> Images {
+    let images = Images::for_tests();
+    let Some(Image::Module(noop)) = images.get(NOOP) else { panic!("no {NOOP} image") };
+    let mut poisoned = noop.clone();
+    poisoned.env = [
+        ("TF_WORKSPACE", "poisoned"),
+        ("TF_CLI_ARGS", "-poisoned-flag"),
+        ("TF_VAR_message", "poisoned"),
+        ("KUBE_CONFIG_PATH", "/poisoned"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .to_vec();
+    images.with_module(POISONED, poisoned)
+}
+
+const POISONED: &str = "captf.test/modules/noop:poisoned-env";
+
+fn vars(pairs: &[(&str, serde_json::Value)]) -> Option<Variables> {
+    Some(Variables(pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()))
+}
+
+fn labels(cluster: &str) -> Option<BTreeMap<String, String>> {
+    Some(BTreeMap::from([("cluster.x-k8s.io/cluster-name".to_string(), cluster.to_string())]))
+}
+
+impl Env {
+    async fn cluster(&self, name: &str, image: &str, variables: Option<Variables>) -> TerraformCluster {
+        let mut c = TerraformCluster::new(name, TerraformClusterSpec {
+            workspace: WorkspaceSpec {
+                source: Source { image: image.into(), image_pull_policy: None },
+                identity_ref: Some(IdentityReference { name: self.identity.clone() }),
+                variables,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        c.metadata.labels = labels(name);
+        Api::<TerraformCluster>::namespaced(self.client.clone(), &self.ns).create(&PostParams::default(), &c).await.unwrap()
+    }
+
+    async fn machine(&self, name: &str, cluster: &str, variables: Option<Variables>) -> TerraformMachine {
+        let mut m = TerraformMachine::new(name, TerraformMachineSpec {
+            workspace: WorkspaceSpec {
+                source: Source { image: NOOP.into(), image_pull_policy: None },
+                variables,
+                ..Default::default()
+            },
+            ..Default::default()
+        });
+        m.metadata.labels = labels(cluster);
+        Api::<TerraformMachine>::namespaced(self.client.clone(), &self.ns).create(&PostParams::default(), &m).await.unwrap()
+    }
+
+    async fn machine_status(&self, name: &str) -> Option<WorkspaceStatus> {
+        let m = Api::<TerraformMachine>::namespaced(self.client.clone(), &self.ns).get(name).await.ok()?;
+        m.status.map(|s| s.workspace)
+    }
+
+    async fn cluster_status(&self, name: &str) -> Option<WorkspaceStatus> {
+        let c = Api::<TerraformCluster>::namespaced(self.client.clone(), &self.ns).get(name).await.ok()?;
+        c.status.map(|s| s.workspace)
+    }
+
+    async fn jobs(&self) -> Vec<Job> {
+        let mut jobs = Api::<Job>::namespaced(self.client.clone(), &self.ns).list(&ListParams::default()).await.unwrap().items;
+        jobs.sort_by_key(|j| j.metadata.creation_timestamp.clone().map(|t| t.0));
+        jobs
+    }
+
+    async fn events(&self, reason: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+
+    fn context(&self) -> String {
+        format!("\n--- manager log:\n{}\n--- executor log:\n{}", tail(&self.manager.log()), tail(&self.executor.log()))
+    }
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
+}
+
+fn condition<'a>(status: &'a WorkspaceStatus, type_: &str) -> Option<(&'a str, &'a str)> {
+    status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.as_str(), c.reason.as_str()))
+}
+
+fn applied(status: &WorkspaceStatus) -> bool {
+    condition(status, "ApplyJobSucceeded") == Some(("True", "ApplySucceeded"))
+        && condition(status, "StateReadable") == Some(("True", "StateRead"))
+}
+
+#[tokio::test]
+async fn a_cluster_and_its_machine_are_applied_and_their_state_adopted() {
+    let env = setup("apply", &[("API_TOKEN", "s3cr3t-t0ken")], &[]).await;
+    env.cluster("c1", NOOP, vars(&[("greeting", json!("hi"))])).await;
+    let machine = env.machine("m1", "c1", vars(&[("size", json!("small"))])).await;
+
+    let m = within(&env, 240, "the machine applied", || async { env.machine_status("m1").await.filter(applied) }).await;
+    let c = within(&env, 120, "the cluster applied", || async { env.cluster_status("c1").await.filter(applied) }).await;
+
+    for (status, kind, name) in [(&c, Kind::Cluster, "c1"), (&m, Kind::Machine, "m1")] {
+        let run = status.last_run.as_ref().expect("a last run");
+        assert!(run.job.starts_with(&format!("captf-{}-{name}-apply-a1-", kind.short())), "{}", run.job);
+        let steps: Vec<&str> = run.steps.iter().flatten().map(|s| s.name.as_str()).collect();
+        assert_eq!(steps, ["init", "validate", "apply"], "{}", env.context());
+        assert!(run.error.is_none());
+        assert!(status.observed_state_serial.is_some_and(|s| s >= 1));
+        assert_eq!(status.source.as_ref().and_then(|s| s.runtime_version.as_deref()), Some("1.12.6"));
+        assert_eq!(status.source.as_ref().and_then(|s| s.image.as_deref()), Some(NOOP));
+        assert!(status.active_job.is_none());
+        let suffix = names::suffix(&env.ns, kind, name);
+        assert_eq!(status.state_secret_suffix.as_deref(), Some(suffix.as_str()));
+
+        // The state is adopted: owned by the object, with the inputs hash.
+        let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
+        let base = secrets.get(&names::state_secret(&suffix)).await.unwrap();
+        assert!(base.annotations().get("captf.io/inputs-hash").is_some_and(|h| h.starts_with("h2:")));
+        // The per-run Secret is gone once bookkept; the run lease is free.
+        assert!(secrets.get_opt(&names::run_secret(&run.job)).await.unwrap().is_none());
+        let lease = Api::<Lease>::namespaced(env.client.clone(), &env.ns).get(&names::run_lease(&suffix)).await.unwrap();
+        assert_eq!(lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty()), None);
+    }
+    let suffix = names::suffix(&env.ns, Kind::Machine, "m1");
+    let base = Api::<Secret>::namespaced(env.client.clone(), &env.ns).get(&names::state_secret(&suffix)).await.unwrap();
+    assert!(base.owner_references().iter().any(|o| Some(&o.uid) == machine.meta().uid.as_ref()));
+
+    // Applied inputs leave nothing to do: no second Job.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let jobs = env.jobs().await;
+    assert_eq!(jobs.len(), 2, "{:?}", jobs.iter().map(|j| j.name_any()).collect::<Vec<_>>());
+    for job in &jobs {
+        assert!(job.annotations().contains_key("captf.io/bookkept"));
+    }
+    assert!(!env.events("JobCreated").await.is_empty());
+    assert!(!env.events("StateAdopted").await.is_empty());
+    // The credentials mirror the Jobs mounted.
+    let mirror = Api::<Secret>::namespaced(env.client.clone(), &env.ns).get(&names::credentials_mirror(&env.identity)).await.unwrap();
+    assert_eq!(mirror.labels().get("captf.io/mirrored").map(String::as_str), Some("true"));
+    // No secret in the manager's log.
+    assert!(!env.manager.log().contains("s3cr3t-t0ken"));
+}
+
+#[tokio::test]
+async fn a_failed_apply_is_recorded_and_retried_after_the_backoff() {
+    let env = setup("fail", &[], &[]).await;
+    env.cluster("c", NOOP, None).await;
+    env.machine("m", "c", vars(&[("fail", json!(true))])).await;
+    let status = within(&env, 240, "the failed apply recorded", || async {
+        env.machine_status("m").await.filter(|s| condition(s, "ApplyJobSucceeded") == Some(("False", "ApplyFailed")))
+    })
+    .await;
+    let run = status.last_run.expect("a last run");
+    let error = run.error.expect("an error");
+    assert_eq!(error.step.as_deref(), Some("apply"));
+    assert!(error.summary.as_deref().is_some_and(|s| !s.is_empty()), "{error:?}");
+    let first = env
+        .jobs()
+        .await
+        .into_iter()
+        .find(|j| j.name_any() == run.job)
+        .expect("the failed Job");
+    let failed_at = first
+        .status
+        .and_then(|s| s.conditions)
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Failed" && c.status == "True")
+        .and_then(|c| c.last_transition_time)
+        .expect("a Failed condition")
+        .0;
+    // The retry waits one minute (ref §8.4: 1m after the first failure).
+    let retry = within(&env, 180, "the retry Job", || async {
+        env.jobs().await.into_iter().find(|j| j.name_any().starts_with("captf-m-m-apply-a2-"))
+    })
+    .await;
+    let created = retry.metadata.creation_timestamp.unwrap().0;
+    let waited = created.duration_since(failed_at).as_secs();
+    assert!((59..=90).contains(&waited), "the retry came {waited}s after the failure");
+}
+
+#[tokio::test]
+async fn two_managers_racing_start_one_job() {
+    let env = setup("race", &[], &[]).await;
+    let plane = controlplane::shared();
+    let mut second = Manager::start(plane, Path::new(env!("CARGO_BIN_EXE_captf-manager")), &[&format!("--namespace={}", env.ns)]);
+    second.wait_ready().await;
+    env.cluster("c", NOOP, None).await;
+    for i in 0..3 {
+        env.machine(&format!("m{i}"), "c", None).await;
+    }
+    for i in 0..3 {
+        within(&env, 240, "the machine applied", || async { env.machine_status(&format!("m{i}")).await.filter(applied) }).await;
+    }
+    within(&env, 120, "the cluster applied", || async { env.cluster_status("c").await.filter(applied) }).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let jobs: Vec<String> = env.jobs().await.iter().map(|j| j.name_any()).collect();
+    assert_eq!(jobs.len(), 4, "one Job per object: {jobs:?}\n--- second manager:\n{}", tail(&second.log()));
+}
+
+#[tokio::test]
+async fn a_machine_waits_while_its_cluster_holds_the_write_lease() {
+    let env = setup("gate", &[], &[]).await;
+    env.cluster("c", NOOP, vars(&[("sleep_seconds", json!(25))])).await;
+    let cluster_job = within(&env, 120, "the cluster's Job", || async {
+        env.jobs().await.into_iter().find(|j| j.name_any().starts_with("captf-c-c-apply-"))
+    })
+    .await;
+    env.machine("m", "c", None).await;
+    let status = within(&env, 60, "the machine waiting", || async {
+        env.machine_status("m").await.filter(|s| condition(s, "ApplyJobSucceeded") == Some(("Unknown", "WaitingForClusterOperation")))
+    })
+    .await;
+    assert!(status.active_job.is_none());
+    let jobs = env.jobs().await;
+    assert!(jobs.iter().all(|j| !j.name_any().starts_with("captf-m-")), "a machine Job started while the cluster applies");
+    let cluster_done = within(&env, 180, "the cluster applied", || async { env.cluster_status("c").await.filter(applied) }).await;
+    let machine_job = within(&env, 120, "the machine's Job", || async {
+        env.jobs().await.into_iter().find(|j| j.name_any().starts_with("captf-m-m-apply-"))
+    })
+    .await;
+    assert!(cluster_done.last_run.is_some_and(|r| r.job == cluster_job.name_any()));
+    within(&env, 240, "the machine applied", || async { env.machine_status("m").await.filter(applied) }).await;
+    assert!(!env.events("WaitingForClusterOperation").await.is_empty());
+    drop(machine_job);
+}
+
+#[tokio::test]
+async fn with_the_gate_off_a_machine_does_not_wait_for_its_cluster() {
+    let env = setup("nogate", &[], &["--cluster-operation-gate=false"]).await;
+    env.cluster("c", NOOP, vars(&[("sleep_seconds", json!(25))])).await;
+    within(&env, 120, "the cluster's Job", || async {
+        env.jobs().await.into_iter().find(|j| j.name_any().starts_with("captf-c-c-apply-"))
+    })
+    .await;
+    env.machine("m", "c", None).await;
+    within(&env, 60, "the machine's Job while the cluster's runs", || async {
+        let status = env.cluster_status("c").await?;
+        let machine_job = env.jobs().await.into_iter().any(|j| j.name_any().starts_with("captf-m-m-apply-"));
+        (machine_job && status.active_job.is_some()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn credentials_and_image_environment_never_steer_tofu() {
+    let poison = [
+        ("TF_WORKSPACE", "poisoned"),
+        ("TF_VAR_greeting", "poisoned"),
+        ("TF_CLI_ARGS", "-no-such-flag"),
+        ("KUBE_CONFIG_PATH", "/nonexistent"),
+        ("SAFE_VALUE", "kept"),
+    ];
+    let env = setup("env", &poison, &[]).await;
+    env.cluster("c", POISONED, vars(&[("dump_env", json!(true))])).await;
+    let status = within(&env, 240, "the cluster applied", || async { env.cluster_status("c").await.filter(applied) }).await;
+    let job = status.last_run.unwrap().job;
+    let pod = within(&env, 30, "the Job's pod", || async {
+        let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(env.client.clone(), &env.ns)
+            .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
+            .await
+            .ok()?;
+        pods.items.into_iter().next().map(|p| p.name_any())
+    })
+    .await;
+    let seen = std::fs::read_to_string(env.executor.pod_dir(&env.ns, &pod).join("captf/work/root/seen-env"))
+        .expect("the module's environment dump");
+    for name in ["TF_WORKSPACE", "TF_VAR_greeting", "TF_VAR_message", "TF_CLI_ARGS", "KUBE_CONFIG_PATH"] {
+        assert!(!seen.lines().any(|l| l.starts_with(&format!("{name}="))), "{name} reached tofu:\n{seen}");
+    }
+    assert!(!seen.contains("poisoned"));
+    assert!(seen.lines().any(|l| l == "SAFE_VALUE=kept"), "{seen}");
+    assert!(seen.lines().any(|l| l.starts_with("TF_DATA_DIR=") && l.ends_with("/captf/work/.terraform")), "{seen}");
+}
+
+#[tokio::test]
+async fn the_runner_account_cannot_read_secrets_of_another_namespace() {
+    let env = setup("rbac", &[], &[]).await;
+    env.cluster("c", NOOP, None).await;
+    within(&env, 240, "the cluster applied", || async { env.cluster_status("c").await.filter(applied) }).await;
+    let other = captf_testkit::namespace(&env.client, "rbac-other").await;
+    let secret = Secret { metadata: ObjectMeta { name: Some("private".into()), ..Default::default() }, ..Default::default() };
+    Api::<Secret>::namespaced(env.client.clone(), &other).create(&PostParams::default(), &secret).await.unwrap();
+
+    let sa = Api::<ServiceAccount>::namespaced(env.client.clone(), &env.ns);
+    let token = sa
+        .create_token_request(names::RUNNER_RBAC, &PostParams::default(), &TokenRequest {
+            spec: Some(TokenRequestSpec { expiration_seconds: Some(600), ..Default::default() }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token
+        .expect("a token");
+    let runner = client_with_token(&token).await;
+    let own = Api::<Secret>::namespaced(runner.clone(), &env.ns).list(&ListParams::default()).await;
+    assert!(own.is_ok(), "the runner reads its own namespace's Secrets: {own:?}");
+    match Api::<Secret>::namespaced(runner, &other).get("private").await {
+        Err(kube::Error::Api(e)) => assert_eq!(e.code, 403),
+        other => panic!("expected 403, got {other:?}"),
+    }
+}
+
+/// A client of the test control plane that authenticates with `token`.
+async fn client_with_token(token: &str) -> kube::Client {
+    use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
+    let mut kubeconfig = Kubeconfig::read_from(controlplane::shared().kubeconfig()).unwrap();
+    for user in &mut kubeconfig.auth_infos {
+        user.auth_info = Some(AuthInfo { token: Some(token.to_string().into()), ..Default::default() });
+    }
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// A state Secret written by hand, in the backend's shape.
+async fn put_state(env: &Env, kind: Kind, name: &str, payload: &[u8]) {
+    let suffix = names::suffix(&env.ns, kind, name);
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(names::state_secret(&suffix)),
+            labels: Some(BTreeMap::from([
+                ("tfstate".to_string(), "true".to_string()),
+                ("tfstateSecretSuffix".to_string(), suffix.clone()),
+                ("app.kubernetes.io/managed-by".to_string(), "terraform".to_string()),
+            ])),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("tfstate".to_string(), k8s_openapi::ByteString(payload.to_vec()))])),
+        ..Default::default()
+    };
+    let api = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
+    api.patch(&names::state_secret(&suffix), &PatchParams::apply("test").force(), &Patch::Apply(&secret)).await.unwrap();
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// A state whose compressed size is about `bytes`: one output holding
+/// incompressible text.
+fn big_state(bytes: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    let noise: String = (0..bytes * 2)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[(x % 36) as usize])
+        })
+        .collect();
+    let doc = json!({"version": 4, "terraform_version": "1.12.6", "serial": 7, "lineage": "l-1",
+        "outputs": {"noise": {"value": noise, "type": "string"}}, "resources": []});
+    gzip(doc.to_string().as_bytes())
+}
+
+#[tokio::test]
+async fn state_readable_gauges_counter_and_events() {
+    // The identity allows another namespace only, so no Job ever starts and
+    // the hand-written states stay as written.
+    let env = setup("stateread", &[], &[]).await;
+    let api = Api::<TerraformClusterIdentity>::all(env.client.clone());
+    api.patch(&env.identity, &PatchParams::default(), &Patch::Merge(json!({"spec": {"allowedNamespaces": {"list": ["elsewhere"]}}})))
+        .await
+        .unwrap();
+    let big = big_state(940 * 1024);
+    assert!(big.len() > 921_600);
+    put_state(&env, Kind::Machine, "big", &big).await;
+    put_state(&env, Kind::Machine, "bad", b"\x1f\x8b\x08\x00garbage").await;
+    env.cluster("c", NOOP, None).await;
+    env.machine("big", "c", None).await;
+    env.machine("bad", "c", None).await;
+
+    let big_status = within(&env, 60, "the big state read", || async {
+        env.machine_status("big").await.filter(|s| condition(s, "StateReadable") == Some(("True", "StateRead")))
+    })
+    .await;
+    assert_eq!(big_status.observed_state_serial, Some(7));
+    assert_eq!(condition(&big_status, "IdentityAllowed"), Some(("False", "NamespaceNotAllowed")));
+    within(&env, 60, "the corrupt state reported", || async {
+        env.machine_status("bad").await.filter(|s| condition(s, "StateReadable") == Some(("False", "StateCorrupt")))
+    })
+    .await;
+    let near = within(&env, 30, "the near-limit Warning", || async {
+        let e = env.events("StateNearSecretLimit").await;
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    assert_eq!(near.len(), 1, "once per serial");
+    assert_eq!(near[0].type_.as_deref(), Some("Warning"));
+    let unreadable = env.events("StateUnreadable").await;
+    assert_eq!(unreadable.len(), 1);
+    assert!(env.jobs().await.is_empty(), "no Job may start");
+
+    let metrics = env.manager.metrics().await;
+    let line = |prefix: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(prefix) && l.contains(&format!("namespace=\"{}\"", env.ns)) && l.contains("name=\"big\""))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+    };
+    assert_eq!(line("captf_state_bytes{"), Some(big.len() as f64), "{metrics}");
+    assert_eq!(line("captf_state_resources{"), Some(0.0));
+    let corrupt = metrics
+        .lines()
+        .find(|l| l.starts_with("captf_state_read_errors_total{") && l.contains("reason=\"corrupt\"") && l.contains("kind=\"TerraformMachine\""))
+        .unwrap_or_else(|| panic!("no corrupt counter:\n{metrics}"));
+    assert!(corrupt.ends_with(" 1"), "{corrupt}");
+
+    // Another pass over the same corrupt state counts nothing new.
+    Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns)
+        .patch("bad", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"poke": "1"}}})))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(env.events("StateUnreadable").await.len(), 1);
+}
