@@ -462,7 +462,8 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 /// incompressible text.
 fn big_state(bytes: usize) -> Vec<u8> {
     let mut x: u64 = 0x9e3779b97f4a7c15;
-    let noise: String = (0..bytes * 2)
+    // 36 symbols: about 5.2 bits, two thirds of a byte, each once gzipped.
+    let noise: String = (0..bytes * 3 / 2)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
@@ -535,4 +536,49 @@ async fn state_readable_gauges_counter_and_events() {
         .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(env.events("StateUnreadable").await.len(), 1);
+}
+
+#[tokio::test]
+async fn an_override_account_runs_jobs_only_once_opted_in() {
+    let env = setup("optin", &[], &[]).await;
+    let accounts = Api::<ServiceAccount>::namespaced(env.client.clone(), &env.ns);
+    let custom = ServiceAccount { metadata: ObjectMeta { name: Some("custom".into()), ..Default::default() }, ..Default::default() };
+    accounts.create(&PostParams::default(), &custom).await.unwrap();
+    env.cluster("c", NOOP, None).await;
+    let mut m = TerraformMachine::new("m", TerraformMachineSpec {
+        workspace: WorkspaceSpec {
+            source: Source { image: NOOP.into(), image_pull_policy: None },
+            jobs: Some(captf::api::JobPolicy { service_account_name: Some("custom".into()), ..Default::default() }),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    m.metadata.labels = labels("c");
+    Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns).create(&PostParams::default(), &m).await.unwrap();
+    within(&env, 60, "the refusal", || async {
+        env.machine_status("m").await.filter(|s| condition(s, "RunnerRBACReady") == Some(("False", "ServiceAccountNotOptedIn")))
+    })
+    .await;
+    within(&env, 240, "the cluster applied", || async { env.cluster_status("c").await.filter(applied) }).await;
+    assert!(env.jobs().await.iter().all(|j| !j.name_any().starts_with("captf-m-")), "no Job without the opt-in");
+
+    accounts
+        .patch("custom", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"captf.io/runner": "true"}}})))
+        .await
+        .unwrap();
+    // The account is not watched: a change of the object starts the next pass.
+    Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns)
+        .patch("m", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"poke": "1"}}})))
+        .await
+        .unwrap();
+    within(&env, 240, "the machine applied", || async { env.machine_status("m").await.filter(applied) }).await;
+    let job = env.jobs().await.into_iter().find(|j| j.name_any().starts_with("captf-m-m-apply-")).unwrap();
+    let sa = job.spec.unwrap().template.spec.unwrap().service_account_name;
+    assert_eq!(sa.as_deref(), Some("custom"));
+    let binding = Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(env.client.clone(), &env.ns)
+        .get(names::RUNNER_RBAC)
+        .await
+        .unwrap();
+    let subjects: Vec<String> = binding.subjects.into_iter().flatten().map(|s| s.name).collect();
+    assert!(subjects.contains(&"custom".to_string()) && subjects.contains(&"captf-runner".to_string()), "{subjects:?}");
 }

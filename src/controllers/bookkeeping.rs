@@ -5,13 +5,13 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ContainerStateTerminated;
 use k8s_openapi::jiff::Timestamp;
-use serde::Deserialize;
 
 use super::conditions::{
     APPLY_JOB_SUCCEEDED, Cond, DRIFT_JOB_SUCCEEDED, RESTORE_JOB_SUCCEEDED, Status,
 };
 use crate::api::{LastRun, Operation, RunError, RunErrorKind, RunStep};
 use crate::names::Op;
+use crate::runner::result::RunResult;
 
 /// How a Job ended, from its own status.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,28 +38,6 @@ pub fn job_end(job: &Job) -> Option<JobEnd> {
         deadline: end.type_ == "Failed" && end.reason.as_deref() == Some("DeadlineExceeded"),
         at,
     })
-}
-
-/// The runner's result document (CONTRACT "Runner"), as far as status keeps
-/// it. Unknown fields (the steps' args) are ignored.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ResultDocument {
-    #[serde(default)]
-    pub runtime_version: Option<String>,
-    #[serde(default)]
-    pub steps: Vec<ResultStep>,
-    #[serde(default)]
-    pub error: Option<RunError>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ResultStep {
-    pub name: String,
-    pub exit_code: i32,
-    #[serde(default)]
-    pub duration_milliseconds: Option<i64>,
 }
 
 /// What bookkeeping records for one finished Job.
@@ -104,7 +82,7 @@ fn truncate(mut s: String, max: usize) -> String {
 /// Accounts a finished Job: `terminated` is its runner container's final
 /// state, when a pod ran.
 pub fn account(job: &str, op: Op, end: &JobEnd, terminated: Option<&ContainerStateTerminated>) -> Accounted {
-    let document: Option<ResultDocument> = terminated
+    let document: Option<RunResult> = terminated
         .and_then(|t| t.message.as_deref())
         .filter(|m| !m.trim().is_empty())
         .and_then(|m| serde_json::from_str(m).ok());
@@ -143,7 +121,7 @@ pub fn account(job: &str, op: Op, end: &JobEnd, terminated: Option<&ContainerSta
                 .map(|s| RunStep {
                     name: truncate(s.name.clone(), 64),
                     exit_code: s.exit_code,
-                    duration_milliseconds: s.duration_milliseconds.map(|d| d.max(0)),
+                    duration_milliseconds: Some(i64::try_from(s.duration_milliseconds).unwrap_or(i64::MAX)),
                 })
                 .collect()
         })
@@ -251,8 +229,8 @@ mod tests {
         }
     }
 
-    const OK_DOC: &str = r#"{"operation":"apply","runtimeVersion":"1.12.6","steps":[{"name":"init","exitCode":0,"durationMilliseconds":5,"args":["init"]},{"name":"apply","exitCode":0}]}"#;
-    const FAILED_DOC: &str = r#"{"operation":"apply","steps":[{"name":"init","exitCode":0},{"name":"apply","exitCode":1}],"error":{"kind":"step","step":"apply","summary":"Error: boom"}}"#;
+    const OK_DOC: &str = r#"{"operation":"apply","runtimeVersion":"1.12.6","steps":[{"name":"init","exitCode":0,"durationMilliseconds":5,"args":["init"]},{"name":"apply","exitCode":0,"durationMilliseconds":7}]}"#;
+    const FAILED_DOC: &str = r#"{"operation":"apply","steps":[{"name":"init","exitCode":0,"durationMilliseconds":1},{"name":"apply","exitCode":1,"durationMilliseconds":2}],"error":{"kind":"step","step":"apply","summary":"Error: boom"}}"#;
 
     #[test]
     fn outcomes() {
@@ -265,9 +243,9 @@ mod tests {
             ("drift ok", Op::Drift, end(true, false), Some(term(0, "Completed", OK_DOC)), true, "DriftChecked", None, false),
             ("restore failure", Op::Restore, end(false, false), None, false, "RestoreFailed", Some("step"), true),
             ("interrupted", Op::Apply, end(false, false),
-                Some(term(1, "Error", r#"{"error":{"kind":"interrupted","summary":"SIGTERM"}}"#)), false, "ApplyFailed", Some("interrupted"), false),
+                Some(term(1, "Error", r#"{"operation":"apply","error":{"kind":"interrupted","summary":"SIGTERM"}}"#)), false, "ApplyFailed", Some("interrupted"), false),
             ("image layout", Op::Apply, end(false, false),
-                Some(term(1, "Error", r#"{"error":{"kind":"image-layout","summary":"no module"}}"#)), false, "ImageInvalid", Some("image-layout"), true),
+                Some(term(1, "Error", r#"{"operation":"apply","error":{"kind":"image-layout","summary":"no module"}}"#)), false, "ImageInvalid", Some("image-layout"), true),
             ("garbage message", Op::Apply, end(false, false), Some(term(1, "Error", "not json")), false, "ApplyFailed", Some("step"), true),
         ];
         for (what, op, e, t, ok, reason, kind, backoff) in table {

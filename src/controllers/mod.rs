@@ -157,12 +157,11 @@ pub async fn run(
     tokio::spawn(async move {
         // Polled, not awaited: kube's store readiness wakes only the last
         // task that waited on it, and each controller waits on its own.
-        let synced = |store: &dyn Fn() -> Option<bool>| store().unwrap_or(false);
         loop {
             let all = [
-                synced(&|| stores.0.wait_until_ready().now_or_never().map(|r| r.is_ok())),
-                synced(&|| stores.1.wait_until_ready().now_or_never().map(|r| r.is_ok())),
-                synced(&|| stores.2.wait_until_ready().now_or_never().map(|r| r.is_ok())),
+                matches!(stores.0.wait_until_ready().now_or_never(), Some(Ok(()))),
+                matches!(stores.1.wait_until_ready().now_or_never(), Some(Ok(()))),
+                matches!(stores.2.wait_until_ready().now_or_never(), Some(Ok(()))),
             ];
             if all.iter().all(|s| *s) {
                 info!("watches synced");
