@@ -9,6 +9,7 @@ pub mod controllers;
 pub mod error;
 pub mod image_ref;
 pub mod jobs;
+pub mod locks;
 pub mod metrics;
 pub mod names;
 pub mod role;

@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use std::path::Path;
 use std::time::Duration;
 
-use captf::api::{self, Source, TerraformMachine, TerraformMachineSpec, Variables, WorkspaceSpec};
+use captf::api::{Source, TerraformMachine, TerraformMachineSpec, Variables, WorkspaceSpec};
 use captf::jobs::builder::{self, JobRequest};
 use captf::jobs::inputs::{self, InputsRequest};
 use captf::jobs::leases::{self, Acquired, LeaseRequest};
@@ -22,7 +22,6 @@ use k8s_openapi::api::core::v1::{
     Container, Pod, PodSpec, PodTemplateSpec, Secret, ServiceAccount,
 };
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, Resource};
@@ -483,33 +482,11 @@ async fn a_pre_existing_runner_account_is_kept_as_it_is() {
     );
 }
 
-/// The workload CRDs, so that a Job can be owned by a TerraformMachine.
-async fn install_crds(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in api::crds() {
-        let name = crd.metadata.name.clone().unwrap();
-        crds.patch(
-            &name,
-            &PatchParams::apply("captf-lease-tests").force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .unwrap();
-        eventually(&format!("{name} to be established"), || async {
-            let conditions = crds.get(&name).await.ok()?.status?.conditions?;
-            conditions
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True")
-                .then_some(())
-        })
-        .await;
-    }
-}
 
 #[tokio::test]
 async fn a_built_job_is_accepted_owned_and_collected() {
     let client = client().await;
-    install_crds(&client).await;
+    captf_testkit::manager::install_crds(&client).await;
     let ns = namespace(&client, "built-job").await;
     let machines: Api<TerraformMachine> = Api::namespaced(client.clone(), &ns);
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);

@@ -68,6 +68,8 @@ pub enum Error {
     Rbac(#[from] crate::jobs::rbac::RbacError),
     #[error("lease: {0}")]
     Lease(#[from] crate::jobs::leases::LeaseError),
+    #[error("state lock: {0}")]
+    Lock(#[from] crate::locks::LockError),
     #[error("the object has no {0}")]
     MissingMetadata(&'static str),
 }
@@ -79,6 +81,7 @@ impl Categorized for Error {
             Error::State(e) => e.category(),
             Error::Rbac(e) => e.category(),
             Error::Lease(e) => e.category(),
+            Error::Lock(e) => e.category(),
             Error::MissingMetadata(_) => Category::Invalid,
         }
     }

@@ -29,6 +29,7 @@ use crate::jobs::builder::{self, JobRequest};
 use crate::jobs::inputs::{self, InputsRequest};
 use crate::jobs::leases::{self, Acquired, HolderLookup, JobState, LeaseRequest};
 use crate::jobs::{ATTEMPT_LABEL, CLUSTER_NAME_LABEL, OP_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, policy, rbac};
+use crate::locks::{self, Verdict};
 use crate::metrics::{self, JobLabels, ObjectLabels, StateReadErrorLabels};
 use crate::names::{self, Kind, Op};
 use crate::state::{self, StateReadable};
@@ -302,9 +303,13 @@ async fn account<K: Workload>(pass: &mut Pass<'_, K>, job: &Job, op: Op, account
     Ok(())
 }
 
-/// Adopts the state a successful apply wrote (ref terraform-state.md): an
-/// owner reference to the object on every chunk, and the applied inputs
-/// hash on the base Secret.
+/// Adopts the state a successful apply wrote (ref terraform-state.md): the
+/// applied inputs hash on the base Secret.
+///
+/// The owner references the book also puts on every chunk wait for the
+/// finalizer (destroy first, then cleanup): without it, deleting the object
+/// would let the garbage collector delete the state of infrastructure that
+/// still exists.
 async fn adopt<K: Workload>(pass: &mut Pass<'_, K>, hash: &str) -> Result<(), Error> {
     let ctx = pass.ctx;
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &pass.namespace);
@@ -313,19 +318,12 @@ async fn adopt<K: Workload>(pass: &mut Pass<'_, K>, hash: &str) -> Result<(), Er
         // Read again, and reported, in this pass's state step.
         return Ok(());
     }
-    let owner = owner_reference(pass.obj)?;
-    let base = names::state_secret(&pass.suffix);
-    for secret in &snapshot.secrets {
-        let name = secret.name_any();
-        let mut owners = secret.metadata.owner_references.clone().unwrap_or_default();
-        if !owners.iter().any(|o| o.uid == owner.uid) {
-            owners.push(owner.clone());
-        }
-        let mut patch = json!({"metadata": {"ownerReferences": owners, "resourceVersion": secret.metadata.resource_version}});
-        if name == base {
-            patch["metadata"]["annotations"] = json!({INPUTS_HASH: hash});
-        }
-        secrets.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(Error::Kube)?;
+    if let Some(base) = snapshot.base(&pass.suffix) {
+        let patch = json!({"metadata": {
+            "annotations": {INPUTS_HASH: hash},
+            "resourceVersion": base.metadata.resource_version,
+        }});
+        secrets.patch(&base.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(Error::Kube)?;
     }
     pass.event(EventType::Normal, "StateAdopted", format!("adopted the state of the apply with inputs hash {hash}")).await;
     Ok(())
@@ -406,18 +404,40 @@ async fn idle<K: Workload>(
         "False" => Status::False,
         _ => Status::Unknown,
     };
+    let mut readable = Cond::new(STATE_READABLE, status, reason.as_str(), snapshot.readable.message());
+    let mut read_error = snapshot
+        .readable
+        .metric_reason()
+        .and_then(|r| metrics::StateReadError::ALL.iter().copied().find(|m| m.as_str() == r))
+        .map(|m| (m, "StateUnreadable"));
+
+    // The state lock (book: state-lock-and-stale-locks.md), checked only
+    // here, with no Job of the object active.
+    let force_unlock = match locks::inspect(&ctx.client, &ns, K::KIND, &pass.name).await? {
+        Verdict::Free | Verdict::Alive { .. } => None,
+        Verdict::Stale { id, pod, .. } => {
+            debug!(%pod, "the state lock is stale: the next Job force-unlocks it");
+            Some(id)
+        }
+        held @ (Verdict::Foreign { .. } | Verdict::Unparsable { .. }) => {
+            // Never unlocked; Jobs keep starting, and each waits
+            // lockTimeoutSeconds for the lock and fails.
+            if !matches!(snapshot.readable, StateReadable::Unreadable(_)) {
+                readable = Cond::new(STATE_READABLE, Status::False, "StateLocked", held.message());
+                read_error = Some((metrics::StateReadError::Locked, "StateLocked"));
+            }
+            None
+        }
+    };
     let before = pass.transitions.len();
-    pass.set(Cond::new(STATE_READABLE, status, reason.as_str(), snapshot.readable.message()));
-    let entered = pass.transitions.len() > before;
-    let metric_reason = snapshot.readable.metric_reason().and_then(|r| {
-        metrics::StateReadError::ALL.iter().copied().find(|m| m.as_str() == r)
-    });
-    if let (true, Some(metric_reason)) = (entered, metric_reason) {
+    let note = readable.message.clone();
+    pass.set(readable);
+    if let (true, Some((metric_reason, event))) = (pass.transitions.len() > before, read_error) {
         ctx.metrics
             .state_read_errors
             .get_or_create(&StateReadErrorLabels { kind: metrics_kind(K::KIND), reason: metric_reason })
             .inc();
-        pass.event(EventType::Warning, "StateUnreadable", snapshot.readable.message()).await;
+        pass.event(EventType::Warning, event, note).await;
     }
 
     // The inputs and the Job policy.
@@ -481,20 +501,24 @@ async fn idle<K: Workload>(
         }
     }
 
-    start(pass, Op::Apply, &rendered, &settings, creds.identity.as_deref(), jobs, uid, reason).await
+    let identity = creds.identity.as_deref();
+    start(pass, Start { op: Op::Apply, rendered: &rendered, settings: &settings, identity, force_unlock: force_unlock.as_deref(), reason }, jobs, uid).await
+}
+
+/// What a Job start needs besides the pass.
+struct Start<'a> {
+    op: Op,
+    rendered: &'a inputs::RenderedInputs,
+    settings: &'a policy::JobSettings,
+    identity: Option<&'a str>,
+    /// A stale lock's ID, force-unlocked by this Job after init.
+    force_unlock: Option<&'a str>,
+    reason: decide::ApplyReason,
 }
 
 /// Takes the leases and creates the Job and its per-run Secret.
-async fn start<K: Workload>(
-    pass: &mut Pass<'_, K>,
-    op: Op,
-    rendered: &inputs::RenderedInputs,
-    settings: &policy::JobSettings,
-    identity: Option<&str>,
-    jobs: &[Job],
-    uid: &str,
-    reason: decide::ApplyReason,
-) -> Result<Action, Error> {
+async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Job], uid: &str) -> Result<Action, Error> {
+    let Start { op, rendered, settings, identity, force_unlock, reason } = start;
     let ctx = pass.ctx;
     let obj = pass.obj;
     let ns = pass.namespace.clone();
@@ -560,7 +584,7 @@ async fn start<K: Workload>(
         runner_image: &ctx.settings.runner_image,
         settings,
         identity,
-        force_unlock: None,
+        force_unlock,
         inputs: rendered,
         restore: None,
     });
@@ -586,6 +610,15 @@ async fn start<K: Workload>(
         Err(e) => return Err(Error::Kube(e)),
     }
     info!(namespace = %ns, name = %pass.name, job = %job_name, "started {} Job: {}", op.as_str(), reason.as_str());
+    if let Some(id) = force_unlock {
+        ctx.metrics.lock_force_unlocks.get_or_create(&metrics::KindLabels { kind: metrics_kind(K::KIND) }).inc();
+        pass.event(
+            EventType::Warning,
+            "ForceUnlocked",
+            format!("Job {job_name} force-unlocks the stale state lock {id} left by an ended runner pod of this object"),
+        )
+        .await;
+    }
     if reason == decide::ApplyReason::InputsChanged {
         ctx.metrics.inputs_hash_changes.get_or_create(&metrics::KindLabels { kind: metrics_kind(K::KIND) }).inc();
         pass.event(EventType::Normal, "InputsChanged", format!("inputs hash {} differs from the state's", rendered.inputs_hash)).await;

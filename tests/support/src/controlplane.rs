@@ -205,7 +205,7 @@ pub fn start() -> Result<ControlPlane, String> {
 
 fn start_here() -> Result<ControlPlane, String> {
     let started = Instant::now();
-    remove_stale_dirs();
+    remove_stale_dirs(DIR_PREFIX, "CAPTF_KEEP_CONTROLPLANE");
     let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{:x}", std::process::id(), started.elapsed().as_nanos() ^ rand_seed()));
     fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
 
@@ -467,14 +467,15 @@ fn rand_seed() -> u128 {
         .unwrap_or(0)
 }
 
-/// Removes the directories of control planes whose test binary is gone.
-fn remove_stale_dirs() {
+/// Removes the directories named `<prefix><pid>-...` in the temporary
+/// directory whose process is gone, unless `keep_var` is set.
+pub(crate) fn remove_stale_dirs(prefix: &str, keep_var: &str) {
     let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
         return;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(DIR_PREFIX)) else {
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(prefix)) else {
             continue;
         };
         let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
@@ -482,7 +483,7 @@ fn remove_stale_dirs() {
         };
         // SAFETY: signal 0 only checks that the process exists.
         let alive = unsafe { libc::kill(pid, 0) } == 0;
-        if !alive && std::env::var_os("CAPTF_KEEP_CONTROLPLANE").is_none() {
+        if !alive && std::env::var_os(keep_var).is_none() {
             let _ = fs::remove_dir_all(entry.path());
         }
     }

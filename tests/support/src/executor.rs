@@ -255,7 +255,7 @@ impl Executor {
         images: Images,
         namespace: Option<String>,
     ) -> Executor {
-        remove_stale_dirs();
+        crate::controlplane::remove_stale_dirs(DIR_PREFIX, "CAPTF_KEEP_EXECUTOR");
         let dir = tempfile::Builder::new()
             .prefix(&format!("{DIR_PREFIX}{}-", std::process::id()))
             .tempdir()
@@ -2124,26 +2124,6 @@ impl Objects {
     }
 }
 
-/// Removes the directories of executors whose test binary is gone.
-fn remove_stale_dirs() {
-    let Ok(entries) = fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(DIR_PREFIX)) else {
-            continue;
-        };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
-        };
-        // SAFETY: signal 0 only checks that the process exists.
-        let alive = unsafe { libc::kill(pid, 0) } == 0;
-        if !alive && std::env::var_os("CAPTF_KEEP_EXECUTOR").is_none() {
-            let _ = fs::remove_dir_all(entry.path());
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
