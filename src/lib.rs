@@ -5,6 +5,7 @@
 //! data, and the Kubernetes I/O stays at the edges.
 
 pub mod api;
+pub mod backups;
 pub mod controllers;
 pub mod error;
 pub mod image_ref;

@@ -1,0 +1,190 @@
+//! The Kubernetes I/O of backups: create a set whole or not at all, list the
+//! sets of one suffix, delete the pruned ones.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+
+use super::{BACKUP_LABEL, BackupSet, DIGEST_ANNOTATION, SET_ANNOTATION, SUFFIX_LABEL, annotation};
+use crate::error::{Categorized, Category, kube_category};
+use crate::names;
+
+/// A failure to take, list or delete backups.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("creating backup Secret {name}: {source}")]
+    Create { name: String, source: kube::Error },
+    #[error("reading backup Secret {name}: {source}")]
+    Get { name: String, source: kube::Error },
+    #[error("backup Secret {name} already exists and holds another state (digest differs)")]
+    Conflict { name: String },
+    #[error("listing backup Secrets: {0}")]
+    List(#[source] kube::Error),
+    #[error("deleting backup Secret {name}: {source}")]
+    Delete { name: String, source: kube::Error },
+    #[error("{cause}; removing the partial backup Secret {name} failed too: {source}")]
+    Cleanup {
+        cause: Box<BackupError>,
+        name: String,
+        source: kube::Error,
+    },
+}
+
+impl Categorized for BackupError {
+    fn category(&self) -> Category {
+        match self {
+            BackupError::Create { source, .. }
+            | BackupError::Get { source, .. }
+            | BackupError::List(source)
+            | BackupError::Delete { source, .. } => kube_category(source),
+            // Someone else's Secret under our name: retrying does not help.
+            BackupError::Conflict { .. } => Category::Invalid,
+            BackupError::Cleanup { .. } => Category::Transient,
+        }
+    }
+}
+
+fn selector(suffix: &str) -> String {
+    format!("{BACKUP_LABEL}=true,{SUFFIX_LABEL}={suffix}")
+}
+
+fn is_status(error: &kube::Error, code: u16) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == code)
+}
+
+/// Creates every Secret of `set`. On any failure it removes what this call
+/// created and any leftover of the same set from an earlier attempt, so that
+/// no partial set is left behind, and returns the failure. A Secret that
+/// already exists with the set's digest counts as created: an earlier pass
+/// may have taken this backup.
+pub async fn take(api: &Api<Secret>, set: &BackupSet) -> Result<(), BackupError> {
+    let mut created: Vec<String> = Vec::new();
+    let mut failure = None;
+    for secret in &set.secrets {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        match api.create(&PostParams::default(), secret).await {
+            Ok(_) => created.push(name),
+            Err(error) if is_status(&error, 409) => match api.get(&name).await {
+                Ok(found)
+                    if annotation(&found, DIGEST_ANNOTATION) == Some(set.digest.as_str())
+                        && annotation(&found, SET_ANNOTATION) == Some(set.set_id.as_str()) => {}
+                Ok(_) => {
+                    failure = Some(BackupError::Conflict { name });
+                    break;
+                }
+                Err(source) => {
+                    failure = Some(BackupError::Get { name, source });
+                    break;
+                }
+            },
+            Err(source) => {
+                failure = Some(BackupError::Create { name, source });
+                break;
+            }
+        }
+    }
+    let Some(cause) = failure else {
+        return Ok(());
+    };
+    Err(remove_partial(api, set, created, cause).await)
+}
+
+/// Deletes `created` and every listed Secret of the same set, and returns
+/// `cause`, or a [`BackupError::Cleanup`] when a delete fails.
+async fn remove_partial(
+    api: &Api<Secret>,
+    set: &BackupSet,
+    mut doomed: Vec<String>,
+    cause: BackupError,
+) -> BackupError {
+    let params = ListParams::default().labels(&selector(&set.suffix));
+    match api.list_metadata(&params).await {
+        Ok(list) => {
+            for item in list.items {
+                let Some(name) = item.metadata.name else {
+                    continue;
+                };
+                let same_set = item
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(SET_ANNOTATION))
+                    == Some(&set.set_id);
+                if same_set
+                    && names::backup_chunk_index(&set.suffix, set.serial, &name).is_some()
+                    && !doomed.contains(&name)
+                {
+                    doomed.push(name);
+                }
+            }
+        }
+        Err(source) => {
+            return BackupError::Cleanup {
+                cause: Box::new(cause),
+                name: names::backup_secret(&set.suffix, set.serial),
+                source,
+            };
+        }
+    }
+    for name in doomed {
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(error) if is_status(&error, 404) => {}
+            Err(source) => {
+                return BackupError::Cleanup {
+                    cause: Box::new(cause),
+                    name,
+                    source,
+                };
+            }
+        }
+    }
+    cause
+}
+
+/// The backup Secrets of `suffix`: a label-selected list, paged.
+pub async fn existing(api: &Api<Secret>, suffix: &str) -> Result<Vec<Secret>, BackupError> {
+    let mut params = ListParams::default().labels(&selector(suffix)).limit(100);
+    let mut items = Vec::new();
+    loop {
+        let page = api.list(&params).await.map_err(BackupError::List)?;
+        items.extend(page.items);
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(items),
+        }
+    }
+}
+
+/// Deletes every Secret of the backup sets of `serials`; ones already gone
+/// are fine.
+pub async fn delete_serials(
+    api: &Api<Secret>,
+    suffix: &str,
+    serials: &[u64],
+) -> Result<(), BackupError> {
+    if serials.is_empty() {
+        return Ok(());
+    }
+    let params = ListParams::default().labels(&selector(suffix));
+    let list = api
+        .list_metadata(&params)
+        .await
+        .map_err(BackupError::List)?;
+    for item in list.items {
+        let Some(name) = item.metadata.name else {
+            continue;
+        };
+        if !serials
+            .iter()
+            .any(|serial| names::backup_chunk_index(suffix, *serial, &name).is_some())
+        {
+            continue;
+        }
+        match api.delete(&name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(error) if is_status(&error, 404) => {}
+            Err(source) => return Err(BackupError::Delete { name, source }),
+        }
+    }
+    Ok(())
+}
