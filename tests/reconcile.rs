@@ -779,3 +779,117 @@ async fn foreign_locks_are_reported_and_never_unlocked() {
     let locked = env.events("StateLocked").await;
     assert_eq!(locked.len(), holders.len(), "one StateLocked event per object");
 }
+
+// ---- State backups (book: terraform-state.md "State backups") ----
+
+async fn set_greeting(env: &Env, cluster: &str, greeting: &str) {
+    Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns)
+        .patch(cluster, &PatchParams::default(), &Patch::Merge(json!({"spec": {"variables": {"greeting": greeting}}})))
+        .await
+        .unwrap();
+}
+
+/// Waits until the cluster's apply of `greeting` is adopted and its serial
+/// backed up; returns the state's serial.
+async fn applied_and_backed_up(env: &Env, cluster: &str, attempt: u32) -> u64 {
+    let status = within(env, 240, "the apply adopted and backed up", || async {
+        let s = env.cluster_status(cluster).await?;
+        let run_ok = s.last_run.as_ref().is_some_and(|r| r.job.contains(&format!("-apply-a{attempt}-")));
+        let newest = s.state_backups.as_ref()?.first()?.serial;
+        (applied(&s) && run_ok && s.observed_state_serial == Some(newest)).then_some(s)
+    })
+    .await;
+    let serial = u64::try_from(status.observed_state_serial.unwrap()).unwrap();
+    // The newest backup holds exactly the state Secret's bytes.
+    let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
+    let suffix = names::suffix(&env.ns, Kind::Cluster, cluster);
+    let state = secrets.get(&names::state_secret(&suffix)).await.unwrap();
+    let backup = secrets.get(&names::backup_secret(&suffix, serial)).await.unwrap();
+    assert_eq!(state.data.as_ref().unwrap()["tfstate"], backup.data.as_ref().unwrap()["tfstate"]);
+    assert_eq!(backup.labels().get("captf.io/state-backup").map(String::as_str), Some("true"));
+    let owner = Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns).get(cluster).await.unwrap();
+    assert!(backup.owner_references().iter().any(|o| Some(&o.uid) == owner.meta().uid.as_ref()), "a backup is owned by its object");
+    serial
+}
+
+async fn backup_serials(env: &Env, cluster: &str) -> Vec<i64> {
+    env.cluster_status(cluster).await.and_then(|s| s.state_backups).unwrap_or_default().iter().map(|b| b.serial).collect()
+}
+
+#[tokio::test]
+async fn each_new_serial_is_backed_up_and_state_backups_zero_takes_none() {
+    let mut env = setup("backups", &[], &[]).await;
+    env.cluster("c", NOOP, vars(&[("greeting", json!("one"))])).await;
+    let first = applied_and_backed_up(&env, "c", 1).await;
+    set_greeting(&env, "c", "two").await;
+    let second = applied_and_backed_up(&env, "c", 2).await;
+    set_greeting(&env, "c", "three").await;
+    let third = applied_and_backed_up(&env, "c", 3).await;
+    assert!(first < second && second < third);
+    let serials = backup_serials(&env, "c").await;
+    assert_eq!(serials, [third as i64, second as i64, first as i64], "newest first");
+    assert!(!env.events("StateBackedUp").await.is_empty());
+
+    // With --state-backups=0 no new backup is taken and the old ones stay.
+    env.manager.stop();
+    let plane = controlplane::shared();
+    env.manager = Manager::start(plane, Path::new(env!("CARGO_BIN_EXE_captf-manager")), &[&format!("--namespace={}", env.ns), "--state-backups=0"]);
+    env.manager.wait_ready().await;
+    set_greeting(&env, "c", "four").await;
+    let status = within(&env, 240, "the fourth apply", || async {
+        env.cluster_status("c").await.filter(|s| applied(s) && s.last_run.as_ref().is_some_and(|r| r.job.contains("-apply-a4-")) && s.observed_state_serial > Some(third as i64))
+    })
+    .await;
+    let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
+    let fourth = status.observed_state_serial.unwrap() as u64;
+    let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
+    assert!(secrets.get_opt(&names::backup_secret(&suffix, fourth)).await.unwrap().is_none());
+    assert_eq!(backup_serials(&env, "c").await, [third as i64, second as i64, first as i64]);
+}
+
+#[tokio::test]
+async fn state_backups_two_prunes_to_the_newest_two() {
+    let env = setup("prune", &[], &["--state-backups=2"]).await;
+    env.cluster("c", NOOP, vars(&[("greeting", json!("one"))])).await;
+    let first = applied_and_backed_up(&env, "c", 1).await;
+    set_greeting(&env, "c", "two").await;
+    let second = applied_and_backed_up(&env, "c", 2).await;
+    set_greeting(&env, "c", "three").await;
+    let third = applied_and_backed_up(&env, "c", 3).await;
+    let serials = within(&env, 30, "the oldest pruned", || async {
+        let s = backup_serials(&env, "c").await;
+        (s.len() == 2).then_some(s)
+    })
+    .await;
+    assert_eq!(serials, [third as i64, second as i64]);
+    let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
+    let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
+    assert!(secrets.get_opt(&names::backup_secret(&suffix, first)).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_corrupt_state_is_never_backed_up() {
+    let env = setup("nobackup", &[], &[]).await;
+    Api::<TerraformClusterIdentity>::all(env.client.clone())
+        .patch(&env.identity, &PatchParams::default(), &Patch::Merge(json!({"spec": {"allowedNamespaces": {"list": ["elsewhere"]}}})))
+        .await
+        .unwrap();
+    put_state(&env, Kind::Machine, "bad", b"\x1f\x8b\x08\x00garbage").await;
+    env.cluster("c", NOOP, None).await;
+    env.machine("bad", "c", None).await;
+    within(&env, 60, "the corrupt state reported", || async {
+        env.machine_status("bad").await.filter(|s| condition(s, "StateReadable") == Some(("False", "StateCorrupt")))
+    })
+    .await;
+    let metrics = env.manager.metrics().await;
+    let skipped = metrics
+        .lines()
+        .find(|l| l.starts_with("captf_state_backups_total{") && l.contains("result=\"skipped\"") && l.contains("TerraformMachine"))
+        .unwrap_or_else(|| panic!("no skipped count:\n{metrics}"));
+    assert!(skipped.ends_with(" 1"), "{skipped}");
+    let backups = Api::<Secret>::namespaced(env.client.clone(), &env.ns)
+        .list(&ListParams::default().labels("captf.io/state-backup=true"))
+        .await
+        .unwrap();
+    assert!(backups.items.is_empty());
+}

@@ -402,7 +402,7 @@ pub fn status_entries(infos: &[BackupInfo]) -> Vec<StateBackup> {
             })
         })
         .collect();
-    entries.sort_by(|a, b| b.serial.cmp(&a.serial));
+    entries.sort_by_key(|e| std::cmp::Reverse(e.serial));
     entries.truncate(MAX_STATUS_ENTRIES);
     entries
 }

@@ -34,6 +34,7 @@ async fn run(flags: Flags) -> Result<(), ServerError> {
     let settings = Settings {
         runner_image: flags.runner_image.clone(),
         cluster_operation_gate: flags.cluster_operation_gate,
+        state_backups: flags.state_backups,
         namespace: Some(flags.namespace.clone()).filter(|n| !n.is_empty()),
         watch_filter: Some(flags.watch_filter.clone()).filter(|f| !f.is_empty()),
         sync_period: flags.sync_period.0,

@@ -44,6 +44,8 @@ pub struct Context {
 pub struct Settings {
     pub runner_image: String,
     pub cluster_operation_gate: bool,
+    /// Backups kept per object; 0 takes none.
+    pub state_backups: u32,
     pub namespace: Option<String>,
     pub watch_filter: Option<String>,
     pub sync_period: Duration,
@@ -70,6 +72,8 @@ pub enum Error {
     Lease(#[from] crate::jobs::leases::LeaseError),
     #[error("state lock: {0}")]
     Lock(#[from] crate::locks::LockError),
+    #[error("state backups: {0}")]
+    Backup(#[source] crate::backups::BackupError),
     #[error("the object has no {0}")]
     MissingMetadata(&'static str),
 }
@@ -82,6 +86,7 @@ impl Categorized for Error {
             Error::Rbac(e) => e.category(),
             Error::Lease(e) => e.category(),
             Error::Lock(e) => e.category(),
+            Error::Backup(e) => e.category(),
             Error::MissingMetadata(_) => Category::Invalid,
         }
     }

@@ -16,7 +16,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::events::{Event, EventType};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::bookkeeping::{self, Accounted, JobEnd};
 use super::conditions::{self, Cond, RUNNER_RBAC_READY, STATE_READABLE, Status, Transition};
@@ -29,6 +29,7 @@ use crate::jobs::builder::{self, JobRequest};
 use crate::jobs::inputs::{self, InputsRequest};
 use crate::jobs::leases::{self, Acquired, HolderLookup, JobState, LeaseRequest};
 use crate::jobs::{ATTEMPT_LABEL, CLUSTER_NAME_LABEL, OP_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, policy, rbac};
+use crate::backups::{self, BackupDecision};
 use crate::locks::{self, Verdict};
 use crate::metrics::{self, JobLabels, ObjectLabels, StateReadErrorLabels};
 use crate::names::{self, Kind, Op};
@@ -329,6 +330,80 @@ async fn adopt<K: Workload>(pass: &mut Pass<'_, K>, hash: &str) -> Result<(), Er
     Ok(())
 }
 
+/// Versioned backups (book: terraform-state.md "State backups"): a serial
+/// not observed before is copied verbatim into its backup set, older sets
+/// are pruned to `--state-backups`, and status lists the complete ones. A
+/// serial counts as observed only once its backup exists (or backups are
+/// off), so a failed copy is retried on the next pass.
+async fn backup<K: Workload>(
+    pass: &mut Pass<'_, K>,
+    secrets: &Api<Secret>,
+    snapshot: &state::Snapshot,
+    entered_unreadable: bool,
+) -> Result<(), Error> {
+    let ctx = pass.ctx;
+    let keep = ctx.settings.state_backups;
+    let kind = metrics_kind(K::KIND);
+    let count = |result| ctx.metrics.state_backups.get_or_create(&metrics::BackupLabels { kind, result }).inc();
+    let serial = match &snapshot.readable {
+        StateReadable::Read(st) => i64::try_from(st.serial).ok().filter(|s| *s >= 1),
+        _ => None,
+    };
+    match backups::should_back_up(&snapshot.readable, pass.status.observed_state_serial, keep, false) {
+        BackupDecision::Take { serial: taken } => {
+            if let StateReadable::Read(st) = &snapshot.readable {
+                let owner = backups::Owner {
+                    reference: owner_reference(pass.obj)?,
+                    kind: K::KIND,
+                    name: &pass.name,
+                    cluster_name: pass.obj.cluster_name(),
+                };
+                let source_job = pass.status.last_run.as_ref().map(|r| r.job.clone());
+                let outcome = match backups::plan_backup(&pass.suffix, st, &snapshot.secrets, &owner, source_job.as_deref(), pass.now) {
+                    Ok(set) => backups::take(secrets, &set).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                match outcome {
+                    Ok(()) => {
+                        count(metrics::BackupResult::Taken);
+                        pass.status.observed_state_serial = serial;
+                        let name = names::backup_secret(&pass.suffix, taken);
+                        pass.event(EventType::Normal, "StateBackedUp", format!("state serial {taken} backed up to {name}")).await;
+                    }
+                    Err(why) => {
+                        // Retried next pass: the serial stays unobserved.
+                        warn!(namespace = %pass.namespace, name = %pass.name, "backing up state serial {taken} failed: {why}");
+                        count(metrics::BackupResult::Skipped);
+                    }
+                }
+            }
+        }
+        BackupDecision::Skip { reason } => {
+            if serial.is_some() {
+                // Unchanged, or backups are off: the serial is observed.
+                pass.status.observed_state_serial = serial;
+            }
+            if entered_unreadable {
+                warn!(namespace = %pass.namespace, name = %pass.name, "the state is not backed up: it is {reason}");
+                count(metrics::BackupResult::Skipped);
+            }
+        }
+    }
+    let existing = backups::existing(secrets, &pass.suffix).await.map_err(Error::Backup)?;
+    let mut infos = backups::list(&existing, &pass.suffix);
+    let pruned = backups::prune(&infos, keep);
+    if !pruned.is_empty() {
+        backups::delete_serials(secrets, &pass.suffix, &pruned).await.map_err(Error::Backup)?;
+        for _ in &pruned {
+            count(metrics::BackupResult::Pruned);
+        }
+        infos.retain(|i| !pruned.contains(&i.serial));
+    }
+    let entries = backups::status_entries(&infos);
+    pass.status.state_backups = (!entries.is_empty()).then_some(entries);
+    Ok(())
+}
+
 fn owner_reference<K: Workload>(obj: &K) -> Result<OwnerReference, Error> {
     let meta = obj.meta();
     Ok(OwnerReference {
@@ -393,7 +468,6 @@ async fn idle<K: Workload>(
                     pass.event(EventType::Warning, state::NEAR_SECRET_LIMIT_REASON, note).await;
                 }
             }
-            pass.status.observed_state_serial = serial;
             let hash = snapshot.base(&pass.suffix).and_then(|b| annotation(b, INPUTS_HASH)).map(str::to_string);
             StateFact::Read { inputs_hash: hash }
         }
@@ -432,6 +506,7 @@ async fn idle<K: Workload>(
     let before = pass.transitions.len();
     let note = readable.message.clone();
     pass.set(readable);
+    let entered_unreadable = pass.transitions.len() > before && matches!(snapshot.readable, StateReadable::Unreadable(_));
     if let (true, Some((metric_reason, event))) = (pass.transitions.len() > before, read_error) {
         ctx.metrics
             .state_read_errors
@@ -439,6 +514,8 @@ async fn idle<K: Workload>(
             .inc();
         pass.event(EventType::Warning, event, note).await;
     }
+
+    backup(pass, &secrets, &snapshot, entered_unreadable).await?;
 
     // The inputs and the Job policy.
     let settings = policy::resolve(
