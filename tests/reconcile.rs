@@ -893,3 +893,58 @@ async fn a_corrupt_state_is_never_backed_up() {
         .unwrap();
     assert!(backups.items.is_empty());
 }
+
+// ---- Restore (book: terraform-state.md "Restore") ----
+
+#[tokio::test]
+async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
+    let env = setup("restore", &[], &[]).await;
+    env.cluster("c", NOOP, vars(&[("greeting", json!("one"))])).await;
+    let serial = applied_and_backed_up(&env, "c", 1).await;
+    let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
+    let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
+    let before = secrets.get(&names::state_secret(&suffix)).await.unwrap();
+    let clusters = Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns);
+
+    // A serial without a backup: no Job, RestoreBackupNotFound.
+    clusters
+        .patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": "999"}}})))
+        .await
+        .unwrap();
+    within(&env, 60, "RestoreBackupNotFound", || async {
+        env.cluster_status("c").await.filter(|s| condition(s, "RestoreJobSucceeded") == Some(("False", "RestoreBackupNotFound")))
+    })
+    .await;
+    assert!(env.jobs().await.iter().all(|j| !j.name_any().contains("-restore-")));
+
+    // The state Secret is deleted by hand, and the backup restored.
+    secrets.delete(&names::state_secret(&suffix), &Default::default()).await.unwrap();
+    clusters
+        .patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": serial.to_string()}}})))
+        .await
+        .unwrap();
+    let status = within(&env, 240, "the restore", || async {
+        env.cluster_status("c").await.filter(|s| {
+            condition(s, "RestoreJobSucceeded") == Some(("True", "StateRestored"))
+                && condition(s, "StateReadable") == Some(("True", "StateRead"))
+        })
+    })
+    .await;
+    let run = status.last_run.unwrap();
+    assert!(run.job.starts_with("captf-c-c-restore-a1-"), "{}", run.job);
+    let steps: Vec<&str> = run.steps.iter().flatten().map(|s| s.name.as_str()).collect();
+    assert_eq!(steps, ["init", "state-push", "state-list"]);
+    within(&env, 30, "the annotation removed", || async {
+        let c = clusters.get("c").await.ok()?;
+        (!c.annotations().contains_key("captf.io/restore-state")).then_some(())
+    })
+    .await;
+    assert_eq!(env.events("StateRestored").await.len(), 1);
+    let after = secrets.get(&names::state_secret(&suffix)).await.unwrap();
+    assert_eq!(after.annotations().get("captf.io/inputs-hash"), before.annotations().get("captf.io/inputs-hash"));
+
+    // Unchanged inputs over the restored state: nothing to apply.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let applies: Vec<String> = env.jobs().await.iter().map(|j| j.name_any()).filter(|n| n.contains("-apply-")).collect();
+    assert_eq!(applies.len(), 1, "{applies:?}");
+}

@@ -51,6 +51,9 @@ pub enum ApplyReason {
     NoInputsHash,
     InputsChanged,
     RetryFailed,
+    /// Not an apply: the `captf.io/restore-state` annotation asks for a
+    /// restore, which goes first.
+    RestoreRequested,
 }
 
 impl ApplyReason {
@@ -60,6 +63,7 @@ impl ApplyReason {
             ApplyReason::NoInputsHash => "the state carries no inputs hash",
             ApplyReason::InputsChanged => "the inputs changed",
             ApplyReason::RetryFailed => "the last apply failed",
+            ApplyReason::RestoreRequested => "captf.io/restore-state asks for a restore",
         }
     }
 
@@ -70,6 +74,7 @@ impl ApplyReason {
             ApplyReason::NoInputsHash => "no_inputs_hash",
             ApplyReason::InputsChanged => "inputs_changed",
             ApplyReason::RetryFailed => "retry_failed",
+            ApplyReason::RestoreRequested => "restore_requested",
         }
     }
 }

@@ -25,7 +25,7 @@ use super::decide::{self, Decision, Facts, Finished, StateFact};
 use super::workload::Workload;
 use super::{Context, Error, MANAGER};
 use crate::api::{ActiveJob, SourceStatus, TerraformCluster, WorkspaceStatus};
-use crate::jobs::builder::{self, JobRequest};
+use crate::jobs::builder::{self, JobRequest, RestoreRequest};
 use crate::jobs::inputs::{self, InputsRequest};
 use crate::jobs::leases::{self, Acquired, HolderLookup, JobState, LeaseRequest};
 use crate::jobs::{ATTEMPT_LABEL, CLUSTER_NAME_LABEL, OP_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, policy, rbac};
@@ -41,6 +41,11 @@ const BOOKKEPT: &str = "captf.io/bookkept";
 /// On an apply Job: the inputs hash it applies, adopted onto the state's
 /// base Secret when it succeeds.
 const INPUTS_HASH: &str = "captf.io/inputs-hash";
+
+/// Asks for a restore of the backup with this serial (ref §2.1).
+const RESTORE_STATE: &str = "captf.io/restore-state";
+/// On a restore Job: the backup serial it pushes.
+const RESTORE_SERIAL: &str = "captf.io/restore-serial";
 
 /// Lease waits re-check this often (ref §8.4).
 const LEASE_RECHECK: Duration = Duration::from_secs(30);
@@ -285,14 +290,21 @@ async fn account<K: Workload>(pass: &mut Pass<'_, K>, job: &Job, op: Op, account
             pass.status.source.get_or_insert_with(SourceStatus::default).image = Some(image);
         }
         pass.event(EventType::Normal, "JobSucceeded", format!("{} Job {job_name} succeeded", op.as_str())).await;
-        if op == Op::Apply {
+        if matches!(op, Op::Apply | Op::Restore) {
             if let Some(hash) = annotation(job, INPUTS_HASH) {
                 adopt(pass, hash).await?;
             }
         }
+        if let (Op::Restore, Some(serial)) = (op, annotation(job, RESTORE_SERIAL)) {
+            restored(pass, serial, &job_name).await?;
+        }
     } else {
         let summary = accounted.last_run.error.as_ref().and_then(|e| e.summary.clone()).unwrap_or_default();
         pass.event(EventType::Warning, "JobFailed", format!("{} Job {job_name} failed: {summary}", op.as_str())).await;
+        if op == Op::Restore {
+            ctx.metrics.state_restores.get_or_create(&metrics::RestoreLabels { kind, result: metrics::RestoreResult::Failed }).inc();
+            pass.event(EventType::Warning, "StateRestoreFailed", format!("restore Job {job_name} failed: {summary}")).await;
+        }
     }
     release(pass, &job_name).await?;
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &pass.namespace);
@@ -402,6 +414,77 @@ async fn backup<K: Workload>(
     let entries = backups::status_entries(&infos);
     pass.status.state_backups = (!entries.is_empty()).then_some(entries);
     Ok(())
+}
+
+/// A restore succeeded: the request annotation goes (if it still asks for
+/// this serial) and StateRestored is recorded.
+async fn restored<K: Workload>(pass: &mut Pass<'_, K>, serial: &str, job: &str) -> Result<(), Error> {
+    let ctx = pass.ctx;
+    if annotation(pass.obj, RESTORE_STATE) == Some(serial) {
+        let api = Api::<K>::namespaced(ctx.client.clone(), &pass.namespace);
+        let patch = json!({"metadata": {
+            "annotations": {RESTORE_STATE: null},
+            "resourceVersion": pass.obj.meta().resource_version,
+        }});
+        api.patch(&pass.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(Error::Kube)?;
+    }
+    ctx.metrics
+        .state_restores
+        .get_or_create(&metrics::RestoreLabels { kind: metrics_kind(K::KIND), result: metrics::RestoreResult::Succeeded })
+        .inc();
+    pass.event(EventType::Normal, "StateRestored", format!("Job {job} restored the state from backup serial {serial}")).await;
+    Ok(())
+}
+
+/// What a restore request asks for, once checked against the backups.
+enum RestoreDue {
+    /// Push this complete backup set.
+    Push { serial: String, chunks: Vec<String>, resources: u64, inputs_hash: Option<String> },
+    /// Nothing to start now; the condition says why.
+    Wait,
+}
+
+/// The restore the `captf.io/restore-state` annotation asks for (ref
+/// §8.2: it goes before any apply): a serial with no complete backup gives
+/// RestoreBackupNotFound and no Job, and a serial whose restore failed is
+/// not tried again.
+async fn restore_due<K: Workload>(pass: &mut Pass<'_, K>, raw: &str, jobs: &[Job], secrets: &Api<Secret>) -> Result<RestoreDue, Error> {
+    let failed_before = jobs.iter().any(|j| {
+        job_op(j) == Some(Op::Restore)
+            && annotation(j, RESTORE_SERIAL) == Some(raw)
+            && bookkeeping::job_end(j).is_some_and(|e| !e.succeeded)
+    });
+    if failed_before {
+        return Ok(RestoreDue::Wait);
+    }
+    let not_found = |why: String| Cond::new(conditions::RESTORE_JOB_SUCCEEDED, Status::False, "RestoreBackupNotFound", why);
+    let Some(serial) = raw.parse::<u64>().ok().filter(|s| *s >= 1) else {
+        pass.set(not_found(format!("{RESTORE_STATE} is {raw:?}, not a state serial")));
+        return Ok(RestoreDue::Wait);
+    };
+    let existing = backups::existing(secrets, &pass.suffix).await.map_err(Error::Backup)?;
+    let complete = backups::list(&existing, &pass.suffix).into_iter().any(|i| i.serial == serial && i.complete);
+    if !complete {
+        pass.set(not_found(format!("no complete backup of state serial {serial} ({})", names::backup_secret(&pass.suffix, serial))));
+        return Ok(RestoreDue::Wait);
+    }
+    let mut chunks: Vec<(u64, &Secret)> = existing
+        .iter()
+        .filter_map(|s| Some((names::backup_chunk_index(&pass.suffix, serial, s.metadata.name.as_deref()?)?, s)))
+        .collect();
+    chunks.sort_by_key(|(i, _)| *i);
+    let first = chunks.first().map(|(_, s)| *s);
+    let resources = first
+        .and_then(|s| annotation(s, backups::RESOURCES_ANNOTATION))
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    let inputs_hash = first.and_then(|s| annotation(s, INPUTS_HASH)).map(str::to_string);
+    Ok(RestoreDue::Push {
+        serial: serial.to_string(),
+        chunks: chunks.iter().map(|(_, s)| s.name_any()).collect(),
+        resources,
+        inputs_hash,
+    })
 }
 
 fn owner_reference<K: Workload>(obj: &K) -> Result<OwnerReference, Error> {
@@ -541,6 +624,14 @@ async fn idle<K: Workload>(
         }
     };
 
+    let restore = match annotation(obj, RESTORE_STATE) {
+        Some(raw) => match restore_due(pass, raw, jobs, &secrets).await? {
+            RestoreDue::Wait => return Ok(Action::requeue(ctx.settings.sync_period)),
+            due @ RestoreDue::Push { .. } => Some(due),
+        },
+        None => None,
+    };
+
     let decision = decide::decide(&Facts {
         state: state_fact,
         inputs_hash: Some(rendered.inputs_hash.clone()),
@@ -549,13 +640,14 @@ async fn idle<K: Workload>(
         failed_jobs_history_limit: settings.failed_jobs_history_limit,
         now: pass.now,
     });
-    let reason = match decision {
-        Decision::Idle => return Ok(Action::requeue(ctx.settings.sync_period)),
-        Decision::Backoff { wait, failures, reason } => {
+    let reason = match (&restore, decision) {
+        (Some(_), _) => decide::ApplyReason::RestoreRequested,
+        (None, Decision::Idle) => return Ok(Action::requeue(ctx.settings.sync_period)),
+        (None, Decision::Backoff { wait, failures, reason }) => {
             debug!(failures, ?wait, "apply due ({}) but backing off", reason.as_str());
             return Ok(Action::requeue(wait + Duration::from_secs(1)));
         }
-        Decision::Apply(reason) => reason,
+        (None, Decision::Apply(reason)) => reason,
     };
     if !allowed || creds.identity.is_none() {
         // IdentityAllowed or CredentialsMirrored says why; nothing starts.
@@ -579,7 +671,15 @@ async fn idle<K: Workload>(
     }
 
     let identity = creds.identity.as_deref();
-    start(pass, Start { op: Op::Apply, rendered: &rendered, settings: &settings, identity, force_unlock: force_unlock.as_deref(), reason }, jobs, uid).await
+    let force_unlock = force_unlock.as_deref();
+    match &restore {
+        Some(RestoreDue::Push { serial, chunks, resources, inputs_hash }) => {
+            let restore = Restore { serial, request: RestoreRequest { chunk_secrets: chunks, resources: *resources }, inputs_hash: inputs_hash.as_deref() };
+            let start_ = Start { op: Op::Restore, rendered: &rendered, settings: &settings, identity, force_unlock, reason, restore: Some(restore) };
+            start(pass, start_, jobs, uid).await
+        }
+        _ => start(pass, Start { op: Op::Apply, rendered: &rendered, settings: &settings, identity, force_unlock, reason, restore: None }, jobs, uid).await,
+    }
 }
 
 /// What a Job start needs besides the pass.
@@ -591,11 +691,21 @@ struct Start<'a> {
     /// A stale lock's ID, force-unlocked by this Job after init.
     force_unlock: Option<&'a str>,
     reason: decide::ApplyReason,
+    restore: Option<Restore<'a>>,
+}
+
+/// The backup a restore Job pushes.
+struct Restore<'a> {
+    serial: &'a str,
+    request: RestoreRequest<'a>,
+    /// The inputs hash recorded with the backup, adopted after the restore.
+    inputs_hash: Option<&'a str>,
 }
 
 /// Takes the leases and creates the Job and its per-run Secret.
 async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Job], uid: &str) -> Result<Action, Error> {
-    let Start { op, rendered, settings, identity, force_unlock, reason } = start;
+    let Start { op, rendered, settings, identity, force_unlock, reason, restore } = start;
+    let job_condition = if op == Op::Restore { conditions::RESTORE_JOB_SUCCEEDED } else { conditions::APPLY_JOB_SUCCEEDED };
     let ctx = pass.ctx;
     let obj = pass.obj;
     let ns = pass.namespace.clone();
@@ -616,7 +726,7 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
     };
     let run_lease = names::run_lease(&pass.suffix);
     if let Acquired::HeldBy(holder) = leases::acquire(&leases_api, &leases::run_lease(&request), &jobs_api, deadline).await? {
-        pass.set(Cond::new(conditions::APPLY_JOB_SUCCEEDED, Status::Unknown, "WaitingForRunLease", format!("Job {holder} holds the run lease {run_lease}")));
+        pass.set(Cond::new(job_condition, Status::Unknown, "WaitingForRunLease", format!("Job {holder} holds the run lease {run_lease}")));
         wait_metric(pass, metrics::LeaseWait::RunLease);
         return Ok(Action::requeue(LEASE_RECHECK));
     }
@@ -626,7 +736,7 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
             if let Some(lease) = leases::cluster_write_lease(&request) {
                 if let Acquired::HeldBy(holder) = leases::acquire(&leases_api, &lease, &jobs_api, deadline).await? {
                     leases::release(&leases_api, &run_lease, &job_name).await?;
-                    pass.set(Cond::new(conditions::APPLY_JOB_SUCCEEDED, Status::Unknown, "WaitingForRunLease", format!("Job {holder} holds the cluster write lease {gate}")));
+                    pass.set(Cond::new(job_condition, Status::Unknown, "WaitingForRunLease", format!("Job {holder} holds the cluster write lease {gate}")));
                     wait_metric(pass, metrics::LeaseWait::RunLease);
                     return Ok(Action::requeue(LEASE_RECHECK));
                 }
@@ -637,7 +747,7 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
             let running = !matches!(jobs_api.job_state(&holder).await, Ok(JobState::Finished | JobState::Missing));
             if running {
                 leases::release(&leases_api, &run_lease, &job_name).await?;
-                pass.set(Cond::new(conditions::APPLY_JOB_SUCCEEDED, Status::Unknown, "WaitingForClusterOperation", format!("the cluster's Job {holder} holds the cluster write lease {gate}")));
+                pass.set(Cond::new(job_condition, Status::Unknown, "WaitingForClusterOperation", format!("the cluster's Job {holder} holds the cluster write lease {gate}")));
                 if pass.transitions.last().is_some_and(|t| t.reason == "WaitingForClusterOperation") {
                     pass.event(EventType::Normal, "WaitingForClusterOperation", format!("waiting for the cluster's Job {holder}")).await;
                     wait_metric(pass, metrics::LeaseWait::ClusterOperation);
@@ -663,10 +773,21 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
         identity,
         force_unlock,
         inputs: rendered,
-        restore: None,
+        restore: restore.as_ref().map(|r| r.request),
     });
     let mut job = built.job;
-    job.metadata.annotations.get_or_insert_default().insert(INPUTS_HASH.into(), rendered.inputs_hash.clone());
+    let annotations = job.metadata.annotations.get_or_insert_default();
+    match &restore {
+        Some(r) => {
+            annotations.insert(RESTORE_SERIAL.into(), r.serial.to_string());
+            if let Some(hash) = r.inputs_hash {
+                annotations.insert(INPUTS_HASH.into(), hash.to_string());
+            }
+        }
+        None => {
+            annotations.insert(INPUTS_HASH.into(), rendered.inputs_hash.clone());
+        }
+    }
     let created = match jobs_api.create(&PostParams::default(), &job).await {
         Ok(created) => created,
         // Another pass created it first: that pass owns the start.
