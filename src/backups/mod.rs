@@ -160,17 +160,7 @@ pub fn plan_backup(
     if state.serial == 0 {
         return Err(PlanError::ZeroSerial);
     }
-    let views: Vec<ChunkSecret<'_>> = chunks
-        .iter()
-        .map(|secret| ChunkSecret {
-            name: secret.metadata.name.as_deref().unwrap_or_default(),
-            payload: secret
-                .data
-                .as_ref()
-                .and_then(|data| data.get(TFSTATE_KEY))
-                .map(|bytes| bytes.0.as_slice()),
-        })
-        .collect();
+    let views: Vec<ChunkSecret<'_>> = chunks.iter().map(ChunkSecret::of).collect();
     // `assemble` orders by the index in each name and checks the set is whole.
     let payloads = assemble(suffix, &views)
         .map_err(PlanError::Chunks)?

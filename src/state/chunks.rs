@@ -14,6 +14,20 @@ pub struct ChunkSecret<'a> {
     pub payload: Option<&'a [u8]>,
 }
 
+impl<'a> ChunkSecret<'a> {
+    /// The view of a listed Secret.
+    pub fn of(secret: &'a k8s_openapi::api::core::v1::Secret) -> Self {
+        ChunkSecret {
+            name: secret.metadata.name.as_deref().unwrap_or_default(),
+            payload: secret
+                .data
+                .as_ref()
+                .and_then(|data| data.get(super::TFSTATE_KEY))
+                .map(|bytes| bytes.0.as_slice()),
+        }
+    }
+}
+
 /// Orders the Secrets of the state of `suffix` by chunk index and returns
 /// their payloads, or None when there is no state Secret at all.
 ///

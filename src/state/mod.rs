@@ -395,17 +395,7 @@ pub async fn snapshot(secrets: &Api<Secret>, suffix: &str) -> Result<Snapshot, R
     }
     let suffix = suffix.to_owned();
     let (readable, secrets) = tokio::task::spawn_blocking(move || {
-        let chunks: Vec<ChunkSecret<'_>> = items
-            .iter()
-            .map(|secret| ChunkSecret {
-                name: secret.metadata.name.as_deref().unwrap_or_default(),
-                payload: secret
-                    .data
-                    .as_ref()
-                    .and_then(|data| data.get(TFSTATE_KEY))
-                    .map(|bytes| bytes.0.as_slice()),
-            })
-            .collect();
+        let chunks: Vec<ChunkSecret<'_>> = items.iter().map(ChunkSecret::of).collect();
         let readable = classify(&suffix, &chunks);
         (readable, items)
     })
