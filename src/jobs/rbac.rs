@@ -17,8 +17,11 @@ use super::{MANAGED_LABEL, RUNNER_LABEL, lost_race};
 use crate::error::{Categorized, Category, kube_category};
 use crate::names::RUNNER_RBAC;
 
-/// How many times a RoleBinding write that lost a race is retried.
-const WRITE_ATTEMPTS: usize = 5;
+/// How many times a RoleBinding write that lost a race is retried. Every
+/// round has a winner, so a writer always gets through while there are no
+/// more concurrent writers than this: the manager's reconciles of one
+/// namespace (10 workers for each of three kinds by default) stay below it.
+const WRITE_ATTEMPTS: usize = 64;
 
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
