@@ -3,228 +3,68 @@
 //! server. Each test has its own namespace, manager (`--namespace`) and
 //! executor.
 
-use std::collections::BTreeMap;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use captf::api::{
-    AllowedNamespaces, IdentityReference, SecretReference, Source, TerraformCluster,
-    TerraformClusterIdentity, TerraformClusterIdentitySpec, TerraformClusterSpec,
-    TerraformMachine, TerraformMachineSpec, Variables, WorkspaceSpec, WorkspaceStatus,
-};
+use captf::api::{TerraformCluster, TerraformClusterIdentity, TerraformMachine, WorkspaceSpec};
 use captf::names::{self, Kind};
 use captf_testkit::controlplane;
-use captf_testkit::executor::{Executor, Image, Images};
-use captf_testkit::manager::{Manager, install_crds, install_runner_role};
+use captf_testkit::scenario::*;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-const NOOP: &str = "captf.test/modules/noop:dev";
-
-/// Waits up to `secs` for `probe`; on a timeout, panics with what the
-/// objects say and the manager's and executor's logs.
-async fn within<T, F, Fut>(env: &Env, secs: u64, what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        if Instant::now() > deadline {
-            let clusters = Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns).list(&ListParams::default()).await;
-            let machines = Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns).list(&ListParams::default()).await;
-            let statuses: Vec<String> = clusters
-                .into_iter()
-                .flat_map(|l| l.items.into_iter().map(|c| describe(&c.name_any(), c.status.map(|s| s.workspace))))
-                .chain(machines.into_iter().flat_map(|l| l.items.into_iter().map(|m| describe(&m.name_any(), m.status.map(|s| s.workspace)))))
-                .collect();
-            panic!("timed out after {secs}s waiting for {what}\n--- objects:\n{}{}", statuses.join("\n"), env.context());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-fn describe(name: &str, status: Option<WorkspaceStatus>) -> String {
-    let Some(status) = status else { return format!("{name}: no status") };
-    let conditions: Vec<String> = status
-        .conditions
-        .iter()
-        .flatten()
-        .map(|c| format!("  {}={} {}: {}", c.type_, c.status, c.reason, c.message))
-        .collect();
-    format!("{name}:\n{}\n  lastRun: {:?}", conditions.join("\n"), status.last_run)
-}
-
-struct Env {
-    client: kube::Client,
-    ns: String,
-    identity: String,
-    manager: Manager,
-    executor: Executor,
-}
-
-/// A namespace with an identity that allows it (its Secret holds `creds`),
-/// an executor and a manager for that namespace.
-async fn setup(prefix: &str, creds: &[(&str, &str)], extra: &[&str]) -> Env {
-    let plane = controlplane::shared();
-    let client = plane.client().await;
-    install_crds(&client).await;
-    install_runner_role(&client).await;
-    let ns = captf_testkit::namespace(&client, prefix).await;
-    let identity = format!("id-{ns}");
-    let secret = Secret {
-        metadata: ObjectMeta { name: Some("creds".into()), ..Default::default() },
-        string_data: Some(creds.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), &ns).create(&PostParams::default(), &secret).await.unwrap();
-    let id = TerraformClusterIdentity::new(&identity, TerraformClusterIdentitySpec {
-        secret_ref: SecretReference { name: "creds".into(), namespace: ns.clone() },
-        allowed_namespaces: Some(AllowedNamespaces { list: Some(vec![ns.clone()]), selector: None }),
-    });
-    Api::<TerraformClusterIdentity>::all(client.clone()).create(&PostParams::default(), &id).await.unwrap();
-    let executor = Executor::start_in(client.clone(), plane, images(), &ns).await;
-    let mut args = vec![format!("--namespace={ns}")];
-    args.extend(extra.iter().map(|a| a.to_string()));
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut manager = Manager::start(plane, Path::new(env!("CARGO_BIN_EXE_captf-manager")), &args);
-    manager.wait_ready().await;
-    Env { client, ns, identity, manager, executor }
-}
-
-/// The test images, plus the noop module in an image whose ENV tries to
-/// steer tofu.
-fn images() -> Images {
-    let images = Images::for_tests();
-    let Some(Image::Module(noop)) = images.get(NOOP) else { panic!("no {NOOP} image") };
-    let mut poisoned = noop.clone();
-    poisoned.env = [
-        ("TF_WORKSPACE", "poisoned"),
-        ("TF_CLI_ARGS", "-poisoned-flag"),
-        ("TF_VAR_message", "poisoned"),
-        ("KUBE_CONFIG_PATH", "/poisoned"),
-    ]
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .to_vec();
-    images.with_module(POISONED, poisoned)
-}
-
-const POISONED: &str = "captf.test/modules/noop:poisoned-env";
-
-fn vars(pairs: &[(&str, serde_json::Value)]) -> Option<Variables> {
-    Some(Variables(pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()))
-}
-
-fn labels(cluster: &str) -> Option<BTreeMap<String, String>> {
-    Some(BTreeMap::from([("cluster.x-k8s.io/cluster-name".to_string(), cluster.to_string())]))
-}
-
-impl Env {
-    async fn cluster(&self, name: &str, image: &str, variables: Option<Variables>) -> TerraformCluster {
-        let mut c = TerraformCluster::new(name, TerraformClusterSpec {
-            workspace: WorkspaceSpec {
-                source: Source { image: image.into(), image_pull_policy: None },
-                identity_ref: Some(IdentityReference { name: self.identity.clone() }),
-                variables,
-                ..Default::default()
-            },
-            ..Default::default()
-        });
-        c.metadata.labels = labels(name);
-        Api::<TerraformCluster>::namespaced(self.client.clone(), &self.ns).create(&PostParams::default(), &c).await.unwrap()
-    }
-
-    async fn machine(&self, name: &str, cluster: &str, variables: Option<Variables>) -> TerraformMachine {
-        let mut m = TerraformMachine::new(name, TerraformMachineSpec {
-            workspace: WorkspaceSpec {
-                source: Source { image: NOOP.into(), image_pull_policy: None },
-                variables,
-                ..Default::default()
-            },
-            ..Default::default()
-        });
-        m.metadata.labels = labels(cluster);
-        Api::<TerraformMachine>::namespaced(self.client.clone(), &self.ns).create(&PostParams::default(), &m).await.unwrap()
-    }
-
-    async fn machine_status(&self, name: &str) -> Option<WorkspaceStatus> {
-        let m = Api::<TerraformMachine>::namespaced(self.client.clone(), &self.ns).get(name).await.ok()?;
-        m.status.map(|s| s.workspace)
-    }
-
-    async fn cluster_status(&self, name: &str) -> Option<WorkspaceStatus> {
-        let c = Api::<TerraformCluster>::namespaced(self.client.clone(), &self.ns).get(name).await.ok()?;
-        c.status.map(|s| s.workspace)
-    }
-
-    async fn jobs(&self) -> Vec<Job> {
-        let mut jobs = Api::<Job>::namespaced(self.client.clone(), &self.ns).list(&ListParams::default()).await.unwrap().items;
-        jobs.sort_by_key(|j| j.metadata.creation_timestamp.clone().map(|t| t.0));
-        jobs
-    }
-
-    async fn events(&self, reason: &str) -> Vec<Event> {
-        Api::<Event>::namespaced(self.client.clone(), &self.ns)
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .collect()
-    }
-
-    fn context(&self) -> String {
-        format!("\n--- manager log:\n{}\n--- executor log:\n{}", tail(&self.manager.log()), tail(&self.executor.log()))
-    }
-}
-
-fn tail(s: &str) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(60)..].join("\n")
-}
-
-fn condition<'a>(status: &'a WorkspaceStatus, type_: &str) -> Option<(&'a str, &'a str)> {
-    status
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.as_str(), c.reason.as_str()))
-}
-
-fn applied(status: &WorkspaceStatus) -> bool {
-    condition(status, "ApplyJobSucceeded") == Some(("True", "ApplySucceeded"))
-        && condition(status, "StateReadable") == Some(("True", "StateRead"))
-}
+const MANAGER: &str = env!("CARGO_BIN_EXE_captf-manager");
 
 #[tokio::test]
 async fn a_cluster_and_its_machine_are_applied_and_their_state_adopted() {
-    let env = setup("apply", &[("API_TOKEN", "s3cr3t-t0ken")], &[]).await;
-    env.cluster("c1", NOOP, vars(&[("greeting", json!("hi"))])).await;
-    let machine = env.machine("m1", "c1", vars(&[("size", json!("small"))])).await;
+    let env = setup(MANAGER, "apply", &[("API_TOKEN", "s3cr3t-t0ken")], &[]).await;
+    env.cluster("c1", NOOP, vars(&[("greeting", json!("hi"))]))
+        .await;
+    let machine = env
+        .machine("m1", "c1", vars(&[("size", json!("small"))]))
+        .await;
 
-    let m = within(&env, 240, "the machine applied", || async { env.machine_status("m1").await.filter(applied) }).await;
-    let c = within(&env, 120, "the cluster applied", || async { env.cluster_status("c1").await.filter(applied) }).await;
+    let m = within(&env, 240, "the machine applied", || async {
+        env.machine_status("m1").await.filter(applied)
+    })
+    .await;
+    let c = within(&env, 120, "the cluster applied", || async {
+        env.cluster_status("c1").await.filter(applied)
+    })
+    .await;
 
     for (status, kind, name) in [(&c, Kind::Cluster, "c1"), (&m, Kind::Machine, "m1")] {
         let run = status.last_run.as_ref().expect("a last run");
-        assert!(run.job.starts_with(&format!("captf-{}-{name}-apply-a1-", kind.short())), "{}", run.job);
-        let steps: Vec<&str> = run.steps.iter().flatten().map(|s| s.name.as_str()).collect();
+        assert!(
+            run.job
+                .starts_with(&format!("captf-{}-{name}-apply-a1-", kind.short())),
+            "{}",
+            run.job
+        );
+        let steps: Vec<&str> = run
+            .steps
+            .iter()
+            .flatten()
+            .map(|s| s.name.as_str())
+            .collect();
         assert_eq!(steps, ["init", "validate", "apply"], "{}", env.context());
         assert!(run.error.is_none());
         assert!(status.observed_state_serial.is_some_and(|s| s >= 1));
-        assert_eq!(status.source.as_ref().and_then(|s| s.runtime_version.as_deref()), Some("1.12.6"));
-        assert_eq!(status.source.as_ref().and_then(|s| s.image.as_deref()), Some(NOOP));
+        assert_eq!(
+            status
+                .source
+                .as_ref()
+                .and_then(|s| s.runtime_version.as_deref()),
+            Some("1.12.6")
+        );
+        assert_eq!(
+            status.source.as_ref().and_then(|s| s.image.as_deref()),
+            Some(NOOP)
+        );
         assert!(status.active_job.is_none());
         let suffix = names::suffix(&env.ns, kind, name);
         assert_eq!(status.state_secret_suffix.as_deref(), Some(suffix.as_str()));
@@ -232,132 +72,256 @@ async fn a_cluster_and_its_machine_are_applied_and_their_state_adopted() {
         // The state is adopted: it carries the applied inputs hash.
         let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
         let base = secrets.get(&names::state_secret(&suffix)).await.unwrap();
-        assert!(base.annotations().get("captf.io/inputs-hash").is_some_and(|h| h.starts_with("h2:")));
+        assert!(
+            base.annotations()
+                .get("captf.io/inputs-hash")
+                .is_some_and(|h| h.starts_with("h2:"))
+        );
         // The per-run Secret is gone once bookkept; the run lease is free.
-        assert!(secrets.get_opt(&names::run_secret(&run.job)).await.unwrap().is_none());
-        let lease = Api::<Lease>::namespaced(env.client.clone(), &env.ns).get(&names::run_lease(&suffix)).await.unwrap();
-        assert_eq!(lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty()), None);
+        assert!(
+            secrets
+                .get_opt(&names::run_secret(&run.job))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let lease = Api::<Lease>::namespaced(env.client.clone(), &env.ns)
+            .get(&names::run_lease(&suffix))
+            .await
+            .unwrap();
+        assert_eq!(
+            lease
+                .spec
+                .and_then(|s| s.holder_identity)
+                .filter(|h| !h.is_empty()),
+            None
+        );
     }
-    // Not owned by the object yet: until the finalizer destroys first,
-    // deleting the object must not let the garbage collector take the state.
-    let suffix = names::suffix(&env.ns, Kind::Machine, "m1");
-    let base = Api::<Secret>::namespaced(env.client.clone(), &env.ns).get(&names::state_secret(&suffix)).await.unwrap();
-    assert!(!base.owner_references().iter().any(|o| Some(&o.uid) == machine.meta().uid.as_ref()));
+    // Adopted: every state Secret is owned by the object (not as its
+    // controller), which the finalizer keeps until the destroy ran.
+    let cluster = env.api::<TerraformCluster>().get("c1").await.unwrap();
+    for (object, kind, name) in [
+        (cluster.meta(), Kind::Cluster, "c1"),
+        (machine.meta(), Kind::Machine, "m1"),
+    ] {
+        let uid = object.uid.as_deref().unwrap();
+        let chunks = env.state_secrets(&env.suffix(kind, name)).await;
+        assert!(!chunks.is_empty());
+        for chunk in chunks {
+            let secret = env.secrets().get(&chunk).await.unwrap();
+            let owner = secret
+                .owner_references()
+                .iter()
+                .find(|o| o.uid == uid)
+                .cloned();
+            assert!(
+                owner.is_some_and(|o| o.controller != Some(true)),
+                "{chunk}: {:?}",
+                secret.owner_references()
+            );
+        }
+    }
+    assert!(
+        env.finalizers::<TerraformCluster>("c1")
+            .await
+            .contains(&finalizer(Kind::Cluster))
+    );
+    assert!(
+        env.finalizers::<TerraformMachine>("m1")
+            .await
+            .contains(&finalizer(Kind::Machine))
+    );
+    // The durable inputs the destroy will run from.
+    let inputs = env
+        .secrets()
+        .get(&names::inputs_secret(Kind::Machine, "m1"))
+        .await
+        .unwrap();
+    assert!(
+        inputs
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == machine.meta().uid.as_ref())
+    );
+    let keys: Vec<&String> = inputs.data.iter().flatten().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["main.tf.json", "terraform.tfvars.json"]);
+    let annotation = |key: &str| inputs.annotations().get(key).map(String::as_str);
+    assert_eq!(annotation("captf.io/image"), Some(NOOP));
+    assert!(annotation("captf.io/inputs-hash").is_some_and(|h| h.starts_with("h2:")));
+    assert_eq!(annotation("captf.io/applied"), Some("true"));
 
     // Applied inputs leave nothing to do: no second Job.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let jobs = env.jobs().await;
-    assert_eq!(jobs.len(), 2, "{:?}", jobs.iter().map(|j| j.name_any()).collect::<Vec<_>>());
+    assert_eq!(
+        jobs.len(),
+        2,
+        "{:?}",
+        jobs.iter().map(|j| j.name_any()).collect::<Vec<_>>()
+    );
     for job in &jobs {
         assert!(job.annotations().contains_key("captf.io/bookkept"));
     }
     assert!(!env.events("JobCreated").await.is_empty());
     assert!(!env.events("StateAdopted").await.is_empty());
     // The credentials mirror the Jobs mounted.
-    let mirror = Api::<Secret>::namespaced(env.client.clone(), &env.ns).get(&names::credentials_mirror(&env.identity)).await.unwrap();
-    assert_eq!(mirror.labels().get("captf.io/mirrored").map(String::as_str), Some("true"));
+    let mirror = Api::<Secret>::namespaced(env.client.clone(), &env.ns)
+        .get(&names::credentials_mirror(&env.identity))
+        .await
+        .unwrap();
+    assert_eq!(
+        mirror.labels().get("captf.io/mirrored").map(String::as_str),
+        Some("true")
+    );
     // No secret in the manager's log.
     assert!(!env.manager.log().contains("s3cr3t-t0ken"));
 }
 
 #[tokio::test]
 async fn a_failed_apply_is_recorded_and_retried_after_the_backoff() {
-    let env = setup("fail", &[], &[]).await;
+    let env = setup(MANAGER, "fail", &[], &[]).await;
     env.cluster("c", NOOP, None).await;
     env.machine("m", "c", vars(&[("fail", json!(true))])).await;
     let status = within(&env, 240, "the failed apply recorded", || async {
-        env.machine_status("m").await.filter(|s| condition(s, "ApplyJobSucceeded") == Some(("False", "ApplyFailed")))
+        env.machine_status("m")
+            .await
+            .filter(|s| condition(s, "ApplyJobSucceeded") == Some(("False", "ApplyFailed")))
     })
     .await;
     let run = status.last_run.expect("a last run");
     let error = run.error.expect("an error");
     assert_eq!(error.step.as_deref(), Some("apply"));
-    assert!(error.summary.as_deref().is_some_and(|s| !s.is_empty()), "{error:?}");
+    assert!(
+        error.summary.as_deref().is_some_and(|s| !s.is_empty()),
+        "{error:?}"
+    );
     let first = env
         .jobs()
         .await
         .into_iter()
         .find(|j| j.name_any() == run.job)
         .expect("the failed Job");
-    let failed_at = first
-        .status
-        .and_then(|s| s.conditions)
-        .into_iter()
-        .flatten()
-        .find(|c| c.type_ == "Failed" && c.status == "True")
-        .and_then(|c| c.last_transition_time)
-        .expect("a Failed condition")
-        .0;
+    let failed = failed_at(&first).expect("a Failed condition");
     // The retry waits one minute (ref §8.4: 1m after the first failure).
     let retry = within(&env, 180, "the retry Job", || async {
-        env.jobs().await.into_iter().find(|j| j.name_any().starts_with("captf-m-m-apply-a2-"))
+        env.jobs()
+            .await
+            .into_iter()
+            .find(|j| j.name_any().starts_with("captf-m-m-apply-a2-"))
     })
     .await;
     let created = retry.metadata.creation_timestamp.unwrap().0;
-    let waited = created.duration_since(failed_at).as_secs();
-    assert!((59..=90).contains(&waited), "the retry came {waited}s after the failure");
+    let waited = created.duration_since(failed).as_secs();
+    assert!(
+        (59..=90).contains(&waited),
+        "the retry came {waited}s after the failure"
+    );
 }
 
 #[tokio::test]
 async fn two_managers_racing_start_one_job() {
-    let env = setup("race", &[], &[]).await;
-    let plane = controlplane::shared();
-    let mut second = Manager::start(plane, Path::new(env!("CARGO_BIN_EXE_captf-manager")), &[&format!("--namespace={}", env.ns)]);
-    second.wait_ready().await;
+    let env = setup(MANAGER, "race", &[], &[]).await;
+    let second = env.start_manager(&[]).await;
     env.cluster("c", NOOP, None).await;
     for i in 0..3 {
         env.machine(&format!("m{i}"), "c", None).await;
     }
     for i in 0..3 {
-        within(&env, 240, "the machine applied", || async { env.machine_status(&format!("m{i}")).await.filter(applied) }).await;
+        within(&env, 240, "the machine applied", || async {
+            env.machine_status(&format!("m{i}")).await.filter(applied)
+        })
+        .await;
     }
-    within(&env, 120, "the cluster applied", || async { env.cluster_status("c").await.filter(applied) }).await;
+    within(&env, 120, "the cluster applied", || async {
+        env.cluster_status("c").await.filter(applied)
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let jobs: Vec<String> = env.jobs().await.iter().map(|j| j.name_any()).collect();
-    assert_eq!(jobs.len(), 4, "one Job per object: {jobs:?}\n--- second manager:\n{}", tail(&second.log()));
+    assert_eq!(
+        jobs.len(),
+        4,
+        "one Job per object: {jobs:?}\n--- second manager:\n{}",
+        tail(&second.log())
+    );
 }
 
 #[tokio::test]
 async fn a_machine_waits_while_its_cluster_holds_the_write_lease() {
-    let env = setup("gate", &[], &[]).await;
-    env.cluster("c", NOOP, vars(&[("sleep_seconds", json!(25))])).await;
+    let env = setup(MANAGER, "gate", &[], &[]).await;
+    env.cluster("c", NOOP, vars(&[("sleep_seconds", json!(25))]))
+        .await;
     let cluster_job = within(&env, 120, "the cluster's Job", || async {
-        env.jobs().await.into_iter().find(|j| j.name_any().starts_with("captf-c-c-apply-"))
+        env.jobs()
+            .await
+            .into_iter()
+            .find(|j| j.name_any().starts_with("captf-c-c-apply-"))
     })
     .await;
     env.machine("m", "c", None).await;
     let status = within(&env, 60, "the machine waiting", || async {
-        env.machine_status("m").await.filter(|s| condition(s, "ApplyJobSucceeded") == Some(("Unknown", "WaitingForClusterOperation")))
+        env.machine_status("m").await.filter(|s| {
+            condition(s, "ApplyJobSucceeded") == Some(("Unknown", "WaitingForClusterOperation"))
+        })
     })
     .await;
     assert!(status.active_job.is_none());
     let jobs = env.jobs().await;
-    assert!(jobs.iter().all(|j| !j.name_any().starts_with("captf-m-")), "a machine Job started while the cluster applies");
-    let cluster_done = within(&env, 180, "the cluster applied", || async { env.cluster_status("c").await.filter(applied) }).await;
-    let machine_job = within(&env, 120, "the machine's Job", || async {
-        env.jobs().await.into_iter().find(|j| j.name_any().starts_with("captf-m-m-apply-"))
+    assert!(
+        jobs.iter().all(|j| !j.name_any().starts_with("captf-m-")),
+        "a machine Job started while the cluster applies"
+    );
+    let cluster_done = within(&env, 180, "the cluster applied", || async {
+        env.cluster_status("c").await.filter(applied)
     })
     .await;
-    assert!(cluster_done.last_run.is_some_and(|r| r.job == cluster_job.name_any()));
-    within(&env, 240, "the machine applied", || async { env.machine_status("m").await.filter(applied) }).await;
+    let machine_job = within(&env, 120, "the machine's Job", || async {
+        env.jobs()
+            .await
+            .into_iter()
+            .find(|j| j.name_any().starts_with("captf-m-m-apply-"))
+    })
+    .await;
+    assert!(
+        cluster_done
+            .last_run
+            .is_some_and(|r| r.job == cluster_job.name_any())
+    );
+    within(&env, 240, "the machine applied", || async {
+        env.machine_status("m").await.filter(applied)
+    })
+    .await;
     assert!(!env.events("WaitingForClusterOperation").await.is_empty());
     drop(machine_job);
 }
 
 #[tokio::test]
 async fn with_the_gate_off_a_machine_does_not_wait_for_its_cluster() {
-    let env = setup("nogate", &[], &["--cluster-operation-gate=false"]).await;
-    env.cluster("c", NOOP, vars(&[("sleep_seconds", json!(25))])).await;
+    let env = setup(MANAGER, "nogate", &[], &["--cluster-operation-gate=false"]).await;
+    env.cluster("c", NOOP, vars(&[("sleep_seconds", json!(25))]))
+        .await;
     within(&env, 120, "the cluster's Job", || async {
-        env.jobs().await.into_iter().find(|j| j.name_any().starts_with("captf-c-c-apply-"))
+        env.jobs()
+            .await
+            .into_iter()
+            .find(|j| j.name_any().starts_with("captf-c-c-apply-"))
     })
     .await;
     env.machine("m", "c", None).await;
-    within(&env, 60, "the machine's Job while the cluster's runs", || async {
-        let status = env.cluster_status("c").await?;
-        let machine_job = env.jobs().await.into_iter().any(|j| j.name_any().starts_with("captf-m-m-apply-"));
-        (machine_job && status.active_job.is_some()).then_some(())
-    })
+    within(
+        &env,
+        60,
+        "the machine's Job while the cluster's runs",
+        || async {
+            let status = env.cluster_status("c").await?;
+            let machine_job = env
+                .jobs()
+                .await
+                .into_iter()
+                .any(|j| j.name_any().starts_with("captf-m-m-apply-"));
+            (machine_job && status.active_job.is_some()).then_some(())
+        },
+    )
     .await;
 }
 
@@ -370,9 +334,13 @@ async fn credentials_and_image_environment_never_steer_tofu() {
         ("KUBE_CONFIG_PATH", "/nonexistent"),
         ("SAFE_VALUE", "kept"),
     ];
-    let env = setup("env", &poison, &[]).await;
-    env.cluster("c", POISONED, vars(&[("dump_env", json!(true))])).await;
-    let status = within(&env, 240, "the cluster applied", || async { env.cluster_status("c").await.filter(applied) }).await;
+    let env = setup(MANAGER, "env", &poison, &[]).await;
+    env.cluster("c", POISONED, vars(&[("dump_env", json!(true))]))
+        .await;
+    let status = within(&env, 240, "the cluster applied", || async {
+        env.cluster_status("c").await.filter(applied)
+    })
+    .await;
     let job = status.last_run.unwrap().job;
     let pod = within(&env, 30, "the Job's pod", || async {
         let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(env.client.clone(), &env.ns)
@@ -382,31 +350,67 @@ async fn credentials_and_image_environment_never_steer_tofu() {
         pods.items.into_iter().next().map(|p| p.name_any())
     })
     .await;
-    let seen = std::fs::read_to_string(env.executor.pod_dir(&env.ns, &pod).join("captf/work/root/seen-env"))
-        .expect("the module's environment dump");
-    for name in ["TF_WORKSPACE", "TF_VAR_greeting", "TF_VAR_message", "TF_CLI_ARGS", "KUBE_CONFIG_PATH"] {
-        assert!(!seen.lines().any(|l| l.starts_with(&format!("{name}="))), "{name} reached tofu:\n{seen}");
+    let seen = std::fs::read_to_string(
+        env.executor
+            .pod_dir(&env.ns, &pod)
+            .join("captf/work/root/seen-env"),
+    )
+    .expect("the module's environment dump");
+    for name in [
+        "TF_WORKSPACE",
+        "TF_VAR_greeting",
+        "TF_VAR_message",
+        "TF_CLI_ARGS",
+        "KUBE_CONFIG_PATH",
+    ] {
+        assert!(
+            !seen.lines().any(|l| l.starts_with(&format!("{name}="))),
+            "{name} reached tofu:\n{seen}"
+        );
     }
     assert!(!seen.contains("poisoned"));
     assert!(seen.lines().any(|l| l == "SAFE_VALUE=kept"), "{seen}");
-    assert!(seen.lines().any(|l| l.starts_with("TF_DATA_DIR=") && l.ends_with("/captf/work/.terraform")), "{seen}");
+    assert!(
+        seen.lines()
+            .any(|l| l.starts_with("TF_DATA_DIR=") && l.ends_with("/captf/work/.terraform")),
+        "{seen}"
+    );
 }
 
 #[tokio::test]
 async fn the_runner_account_cannot_read_secrets_of_another_namespace() {
-    let env = setup("rbac", &[], &[]).await;
+    let env = setup(MANAGER, "rbac", &[], &[]).await;
     env.cluster("c", NOOP, None).await;
-    within(&env, 240, "the cluster applied", || async { env.cluster_status("c").await.filter(applied) }).await;
+    within(&env, 240, "the cluster applied", || async {
+        env.cluster_status("c").await.filter(applied)
+    })
+    .await;
     let other = captf_testkit::namespace(&env.client, "rbac-other").await;
-    let secret = Secret { metadata: ObjectMeta { name: Some("private".into()), ..Default::default() }, ..Default::default() };
-    Api::<Secret>::namespaced(env.client.clone(), &other).create(&PostParams::default(), &secret).await.unwrap();
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("private".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(env.client.clone(), &other)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
 
     let sa = Api::<ServiceAccount>::namespaced(env.client.clone(), &env.ns);
     let token = sa
-        .create_token_request(names::RUNNER_RBAC, &PostParams::default(), &TokenRequest {
-            spec: Some(TokenRequestSpec { expiration_seconds: Some(600), ..Default::default() }),
-            ..Default::default()
-        })
+        .create_token_request(
+            names::RUNNER_RBAC,
+            &PostParams::default(),
+            &TokenRequest {
+                spec: Some(TokenRequestSpec {
+                    expiration_seconds: Some(600),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap()
         .status
@@ -414,9 +418,17 @@ async fn the_runner_account_cannot_read_secrets_of_another_namespace() {
         .token
         .expect("a token");
     let runner = client_with_token(&token).await;
-    let own = Api::<Secret>::namespaced(runner.clone(), &env.ns).list(&ListParams::default()).await;
-    assert!(own.is_ok(), "the runner reads its own namespace's Secrets: {own:?}");
-    match Api::<Secret>::namespaced(runner, &other).get("private").await {
+    let own = Api::<Secret>::namespaced(runner.clone(), &env.ns)
+        .list(&ListParams::default())
+        .await;
+    assert!(
+        own.is_ok(),
+        "the runner reads its own namespace's Secrets: {own:?}"
+    );
+    match Api::<Secret>::namespaced(runner, &other)
+        .get("private")
+        .await
+    {
         Err(kube::Error::Api(e)) => assert_eq!(e.code, 403),
         other => panic!("expected 403, got {other:?}"),
     }
@@ -427,37 +439,15 @@ async fn client_with_token(token: &str) -> kube::Client {
     use kube::config::{AuthInfo, KubeConfigOptions, Kubeconfig};
     let mut kubeconfig = Kubeconfig::read_from(controlplane::shared().kubeconfig()).unwrap();
     for user in &mut kubeconfig.auth_infos {
-        user.auth_info = Some(AuthInfo { token: Some(token.to_string().into()), ..Default::default() });
-    }
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-    kube::Client::try_from(config).unwrap()
-}
-
-/// A state Secret written by hand, in the backend's shape.
-async fn put_state(env: &Env, kind: Kind, name: &str, payload: &[u8]) {
-    let suffix = names::suffix(&env.ns, kind, name);
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(names::state_secret(&suffix)),
-            labels: Some(BTreeMap::from([
-                ("tfstate".to_string(), "true".to_string()),
-                ("tfstateSecretSuffix".to_string(), suffix.clone()),
-                ("app.kubernetes.io/managed-by".to_string(), "terraform".to_string()),
-            ])),
+        user.auth_info = Some(AuthInfo {
+            token: Some(token.to_string().into()),
             ..Default::default()
-        },
-        data: Some(BTreeMap::from([("tfstate".to_string(), k8s_openapi::ByteString(payload.to_vec()))])),
-        ..Default::default()
-    };
-    let api = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
-    api.patch(&names::state_secret(&suffix), &PatchParams::apply("test").force(), &Patch::Apply(&secret)).await.unwrap();
-}
-
-fn gzip(data: &[u8]) -> Vec<u8> {
-    use std::io::Write;
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
+        });
+    }
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
 }
 
 /// A state whose compressed size is about `bytes`: one output holding
@@ -482,11 +472,15 @@ fn big_state(bytes: usize) -> Vec<u8> {
 async fn state_readable_gauges_counter_and_events() {
     // The identity allows another namespace only, so no Job ever starts and
     // the hand-written states stay as written.
-    let env = setup("stateread", &[], &[]).await;
+    let env = setup(MANAGER, "stateread", &[], &[]).await;
     let api = Api::<TerraformClusterIdentity>::all(env.client.clone());
-    api.patch(&env.identity, &PatchParams::default(), &Patch::Merge(json!({"spec": {"allowedNamespaces": {"list": ["elsewhere"]}}})))
-        .await
-        .unwrap();
+    api.patch(
+        &env.identity,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"allowedNamespaces": {"list": ["elsewhere"]}}})),
+    )
+    .await
+    .unwrap();
     let big = big_state(940 * 1024);
     assert!(big.len() > 921_600);
     put_state(&env, Kind::Machine, "big", &big).await;
@@ -496,13 +490,20 @@ async fn state_readable_gauges_counter_and_events() {
     env.machine("bad", "c", None).await;
 
     let big_status = within(&env, 60, "the big state read", || async {
-        env.machine_status("big").await.filter(|s| condition(s, "StateReadable") == Some(("True", "StateRead")))
+        env.machine_status("big")
+            .await
+            .filter(|s| condition(s, "StateReadable") == Some(("True", "StateRead")))
     })
     .await;
     assert_eq!(big_status.observed_state_serial, Some(7));
-    assert_eq!(condition(&big_status, "IdentityAllowed"), Some(("False", "NamespaceNotAllowed")));
+    assert_eq!(
+        condition(&big_status, "IdentityAllowed"),
+        Some(("False", "NamespaceNotAllowed"))
+    );
     within(&env, 60, "the corrupt state reported", || async {
-        env.machine_status("bad").await.filter(|s| condition(s, "StateReadable") == Some(("False", "StateCorrupt")))
+        env.machine_status("bad")
+            .await
+            .filter(|s| condition(s, "StateReadable") == Some(("False", "StateCorrupt")))
     })
     .await;
     let near = within(&env, 30, "the near-limit Warning", || async {
@@ -520,20 +521,36 @@ async fn state_readable_gauges_counter_and_events() {
     let line = |prefix: &str| {
         metrics
             .lines()
-            .find(|l| l.starts_with(prefix) && l.contains(&format!("namespace=\"{}\"", env.ns)) && l.contains("name=\"big\""))
+            .find(|l| {
+                l.starts_with(prefix)
+                    && l.contains(&format!("namespace=\"{}\"", env.ns))
+                    && l.contains("name=\"big\"")
+            })
             .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
     };
-    assert_eq!(line("captf_state_bytes{"), Some(big.len() as f64), "{metrics}");
+    assert_eq!(
+        line("captf_state_bytes{"),
+        Some(big.len() as f64),
+        "{metrics}"
+    );
     assert_eq!(line("captf_state_resources{"), Some(0.0));
     let corrupt = metrics
         .lines()
-        .find(|l| l.starts_with("captf_state_read_errors_total{") && l.contains("reason=\"corrupt\"") && l.contains("kind=\"TerraformMachine\""))
+        .find(|l| {
+            l.starts_with("captf_state_read_errors_total{")
+                && l.contains("reason=\"corrupt\"")
+                && l.contains("kind=\"TerraformMachine\"")
+        })
         .unwrap_or_else(|| panic!("no corrupt counter:\n{metrics}"));
     assert!(corrupt.ends_with(" 1"), "{corrupt}");
 
     // Another pass over the same corrupt state counts nothing new.
     Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns)
-        .patch("bad", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"poke": "1"}}})))
+        .patch(
+            "bad",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"poke": "1"}}})),
+        )
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -542,47 +559,101 @@ async fn state_readable_gauges_counter_and_events() {
 
 #[tokio::test]
 async fn an_override_account_runs_jobs_only_once_opted_in() {
-    let env = setup("optin", &[], &[]).await;
+    let env = setup(MANAGER, "optin", &[], &[]).await;
     let accounts = Api::<ServiceAccount>::namespaced(env.client.clone(), &env.ns);
-    let custom = ServiceAccount { metadata: ObjectMeta { name: Some("custom".into()), ..Default::default() }, ..Default::default() };
-    accounts.create(&PostParams::default(), &custom).await.unwrap();
-    env.cluster("c", NOOP, None).await;
-    let mut m = TerraformMachine::new("m", TerraformMachineSpec {
-        workspace: WorkspaceSpec {
-            source: Source { image: NOOP.into(), image_pull_policy: None },
-            jobs: Some(captf::api::JobPolicy { service_account_name: Some("custom".into()), ..Default::default() }),
+    let custom = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some("custom".into()),
             ..Default::default()
         },
         ..Default::default()
-    });
-    m.metadata.labels = labels("c");
-    Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns).create(&PostParams::default(), &m).await.unwrap();
+    };
+    accounts
+        .create(&PostParams::default(), &custom)
+        .await
+        .unwrap();
+    env.cluster("c", NOOP, None).await;
+    let jobs = captf::api::JobPolicy {
+        service_account_name: Some("custom".into()),
+        ..Default::default()
+    };
+    env.create_machine(
+        "m",
+        "c",
+        WorkspaceSpec {
+            jobs: Some(jobs),
+            ..noop(None)
+        },
+    )
+    .await;
     within(&env, 60, "the refusal", || async {
-        env.machine_status("m").await.filter(|s| condition(s, "RunnerRBACReady") == Some(("False", "ServiceAccountNotOptedIn")))
+        env.machine_status("m").await.filter(|s| {
+            condition(s, "RunnerRBACReady") == Some(("False", "ServiceAccountNotOptedIn"))
+        })
     })
     .await;
-    within(&env, 240, "the cluster applied", || async { env.cluster_status("c").await.filter(applied) }).await;
-    assert!(env.jobs().await.iter().all(|j| !j.name_any().starts_with("captf-m-")), "no Job without the opt-in");
+    within(&env, 240, "the cluster applied", || async {
+        env.cluster_status("c").await.filter(applied)
+    })
+    .await;
+    assert!(
+        env.jobs()
+            .await
+            .iter()
+            .all(|j| !j.name_any().starts_with("captf-m-")),
+        "no Job without the opt-in"
+    );
 
     accounts
-        .patch("custom", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"captf.io/runner": "true"}}})))
+        .patch(
+            "custom",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"captf.io/runner": "true"}}})),
+        )
         .await
         .unwrap();
     // The account is not watched: a change of the object starts the next pass.
     Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns)
-        .patch("m", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"poke": "1"}}})))
+        .patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"poke": "1"}}})),
+        )
         .await
         .unwrap();
-    within(&env, 240, "the machine applied", || async { env.machine_status("m").await.filter(applied) }).await;
-    let job = env.jobs().await.into_iter().find(|j| j.name_any().starts_with("captf-m-m-apply-")).unwrap();
-    let sa = job.spec.unwrap().template.spec.unwrap().service_account_name;
+    within(&env, 240, "the machine applied", || async {
+        env.machine_status("m").await.filter(applied)
+    })
+    .await;
+    let job = env
+        .jobs()
+        .await
+        .into_iter()
+        .find(|j| j.name_any().starts_with("captf-m-m-apply-"))
+        .unwrap();
+    let sa = job
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .service_account_name;
     assert_eq!(sa.as_deref(), Some("custom"));
-    let binding = Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(env.client.clone(), &env.ns)
-        .get(names::RUNNER_RBAC)
-        .await
-        .unwrap();
-    let subjects: Vec<String> = binding.subjects.into_iter().flatten().map(|s| s.name).collect();
-    assert!(subjects.contains(&"custom".to_string()) && subjects.contains(&"captf-runner".to_string()), "{subjects:?}");
+    let binding =
+        Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(env.client.clone(), &env.ns)
+            .get(names::RUNNER_RBAC)
+            .await
+            .unwrap();
+    let subjects: Vec<String> = binding
+        .subjects
+        .into_iter()
+        .flatten()
+        .map(|s| s.name)
+        .collect();
+    assert!(
+        subjects.contains(&"custom".to_string()) && subjects.contains(&"captf-runner".to_string()),
+        "{subjects:?}"
+    );
 }
 
 // ---- Stale state locks (book: state-lock-and-stale-locks.md) ----
@@ -591,19 +662,28 @@ async fn an_override_account_runs_jobs_only_once_opted_in() {
 /// its lock info.
 async fn lock_holder(env: &Env, machine: &str) -> Option<(String, String)> {
     let suffix = names::suffix(&env.ns, Kind::Machine, machine);
-    let lease = Api::<Lease>::namespaced(env.client.clone(), &env.ns).get_opt(&names::state_lock_lease(&suffix)).await.ok()??;
-    let holder = lease.spec.as_ref()?.holder_identity.clone().filter(|h| !h.is_empty())?;
-    let info: serde_json::Value = serde_json::from_str(lease.annotations().get("app.terraform.io/lock-info")?).ok()?;
+    let lease = Api::<Lease>::namespaced(env.client.clone(), &env.ns)
+        .get_opt(&names::state_lock_lease(&suffix))
+        .await
+        .ok()??;
+    let holder = lease
+        .spec
+        .as_ref()?
+        .holder_identity
+        .clone()
+        .filter(|h| !h.is_empty())?;
+    let info: serde_json::Value =
+        serde_json::from_str(lease.annotations().get("app.terraform.io/lock-info")?).ok()?;
     Some((holder, info["Who"].as_str()?.to_string()))
 }
 
 async fn machine_jobs(env: &Env, machine: &str) -> Vec<Job> {
     let prefix = format!("captf-m-{machine}-");
-    env.jobs().await.into_iter().filter(|j| j.name_any().starts_with(&prefix)).collect()
-}
-
-fn job_failed(job: &Job) -> bool {
-    job.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Failed" && c.status == "True"))
+    env.jobs()
+        .await
+        .into_iter()
+        .filter(|j| j.name_any().starts_with(&prefix))
+        .collect()
 }
 
 /// Starts a slow machine apply and kills its runner mid-apply (reported
@@ -611,84 +691,154 @@ fn job_failed(job: &Job) -> bool {
 /// Returns the pod's name.
 async fn kill_mid_apply(env: &Env, machine: &str) -> String {
     env.cluster("c", NOOP, None).await;
-    env.machine(machine, "c", vars(&[("sleep_seconds", json!(60))])).await;
-    let (_, who) = within(env, 240, "the apply holding the state lock", || async { lock_holder(env, machine).await }).await;
+    env.machine(machine, "c", vars(&[("sleep_seconds", json!(60))]))
+        .await;
+    let (_, who) = within(env, 240, "the apply holding the state lock", || async {
+        lock_holder(env, machine).await
+    })
+    .await;
     let pod = who.rsplit('@').next().unwrap().to_string();
-    assert!(names::is_own_runner_pod(Kind::Machine, machine, &pod), "{who}");
+    assert!(
+        names::is_own_runner_pod(Kind::Machine, machine, &pod),
+        "{who}"
+    );
     // The retry need not be slow.
     Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns)
-        .patch(machine, &PatchParams::default(), &Patch::Merge(json!({"spec": {"variables": {"sleep_seconds": 0}}})))
+        .patch(
+            machine,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"variables": {"sleep_seconds": 0}}})),
+        )
         .await
         .unwrap();
-    assert!(env.executor.kill_oom(&env.ns, &pod), "the runner of {pod} was not running");
-    within(env, 60, "the killed Job failed", || async { machine_jobs(env, machine).await.into_iter().find(job_failed) }).await;
-    assert!(lock_holder(env, machine).await.is_some(), "the killed runner's lock is still held");
+    assert!(
+        env.executor.kill_oom(&env.ns, &pod),
+        "the runner of {pod} was not running"
+    );
+    within(env, 60, "the killed Job failed", || async {
+        machine_jobs(env, machine)
+            .await
+            .into_iter()
+            .find(job_failed)
+    })
+    .await;
+    assert!(
+        lock_holder(env, machine).await.is_some(),
+        "the killed runner's lock is still held"
+    );
     pod
 }
 
 /// After the kill, the next Job force-unlocks and applies.
 async fn next_job_force_unlocks(env: &Env, machine: &str) {
-    let status = within(env, 240, "the retry applied", || async { env.machine_status(machine).await.filter(applied) }).await;
+    let status = within(env, 240, "the retry applied", || async {
+        env.machine_status(machine).await.filter(applied)
+    })
+    .await;
     let run = status.last_run.unwrap();
-    assert!(run.job.starts_with(&format!("captf-m-{machine}-apply-a2-")), "{}", run.job);
-    let steps: Vec<&str> = run.steps.iter().flatten().map(|s| s.name.as_str()).collect();
+    assert!(
+        run.job.starts_with(&format!("captf-m-{machine}-apply-a2-")),
+        "{}",
+        run.job
+    );
+    let steps: Vec<&str> = run
+        .steps
+        .iter()
+        .flatten()
+        .map(|s| s.name.as_str())
+        .collect();
     assert_eq!(steps, ["init", "force-unlock", "validate", "apply"]);
     let events = env.events("ForceUnlocked").await;
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].type_.as_deref(), Some("Warning"));
-    assert!(events[0].note.as_deref().is_some_and(|n| n.contains(&run.job)), "{:?}", events[0].note);
+    assert!(
+        events[0]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains(&run.job)),
+        "{:?}",
+        events[0].note
+    );
     assert_eq!(lock_holder(env, machine).await, None);
     let metrics = env.manager.metrics().await;
     assert!(
-        metrics.lines().any(|l| l == "captf_lock_force_unlocks_total{kind=\"TerraformMachine\"} 1"),
+        metrics
+            .lines()
+            .any(|l| l == "captf_lock_force_unlocks_total{kind=\"TerraformMachine\"} 1"),
         "{}",
-        metrics.lines().filter(|l| l.contains("force_unlock")).collect::<Vec<_>>().join("\n")
+        metrics
+            .lines()
+            .filter(|l| l.contains("force_unlock"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
 #[tokio::test]
 async fn an_oom_killed_runner_leaves_a_stale_lock_that_the_next_job_force_unlocks() {
-    let env = setup("oomlock", &[], &[]).await;
+    let env = setup(MANAGER, "oomlock", &[], &[]).await;
     kill_mid_apply(&env, "m").await;
     next_job_force_unlocks(&env, "m").await;
 }
 
 #[tokio::test]
 async fn a_runner_pod_deleted_outright_leaves_a_stale_lock_that_the_next_job_force_unlocks() {
-    let env = setup("gonelock", &[], &[]).await;
+    let env = setup(MANAGER, "gonelock", &[], &[]).await;
     let pod = kill_mid_apply(&env, "m").await;
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(env.client.clone(), &env.ns);
-    pods.delete(&pod, &kube::api::DeleteParams { grace_period_seconds: Some(0), ..Default::default() }).await.unwrap();
-    within(&env, 30, "the pod gone", || async { pods.get_opt(&pod).await.unwrap().is_none().then_some(()) }).await;
+    pods.delete(
+        &pod,
+        &kube::api::DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    within(&env, 30, "the pod gone", || async {
+        pods.get_opt(&pod).await.unwrap().is_none().then_some(())
+    })
+    .await;
     next_job_force_unlocks(&env, "m").await;
 }
 
 #[tokio::test]
 async fn a_terminating_runner_pod_keeps_its_lock_until_it_is_gone() {
-    let env = setup("termlock", &[], &[]).await;
+    let env = setup(MANAGER, "termlock", &[], &[]).await;
     env.cluster("c", NOOP, None).await;
-    let mut m = TerraformMachine::new("m", TerraformMachineSpec {
-        workspace: WorkspaceSpec {
-            source: Source { image: NOOP.into(), image_pull_policy: None },
-            variables: vars(&[("sleep_seconds", json!(60))]),
-            jobs: Some(captf::api::JobPolicy { lock_timeout_seconds: Some(3), ..Default::default() }),
-            ..Default::default()
-        },
+    let jobs = captf::api::JobPolicy {
+        lock_timeout_seconds: Some(3),
         ..Default::default()
-    });
-    m.metadata.labels = labels("c");
-    Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns).create(&PostParams::default(), &m).await.unwrap();
-    let (_, who) = within(&env, 240, "the apply holding the state lock", || async { lock_holder(&env, "m").await }).await;
+    };
+    env.create_machine(
+        "m",
+        "c",
+        WorkspaceSpec {
+            jobs: Some(jobs),
+            ..noop(vars(&[("sleep_seconds", json!(60))]))
+        },
+    )
+    .await;
+    let (_, who) = within(&env, 240, "the apply holding the state lock", || async {
+        lock_holder(&env, "m").await
+    })
+    .await;
     let pod = who.rsplit('@').next().unwrap().to_string();
     Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns)
-        .patch("m", &PatchParams::default(), &Patch::Merge(json!({"spec": {"variables": {"sleep_seconds": 0}}})))
+        .patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"variables": {"sleep_seconds": 0}}})),
+        )
         .await
         .unwrap();
     // The runner dies hard and its pod stays terminating.
     env.executor.hold_terminating(&env.ns, &pod, true);
     assert!(env.executor.kill_oom(&env.ns, &pod));
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(env.client.clone(), &env.ns);
-    pods.delete(&pod, &kube::api::DeleteParams::default()).await.unwrap();
+    pods.delete(&pod, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
     // The retry (after the 1m backoff) must not force-unlock: it waits 3 s
     // for the lock and fails.
     let retry = within(&env, 180, "the retry failed on the lock", || async {
@@ -697,41 +847,41 @@ async fn a_terminating_runner_pod_keeps_its_lock_until_it_is_gone() {
         (run.job.contains("-apply-a2-") && run.error.is_some()).then_some(run)
     })
     .await;
-    assert!(!retry.steps.iter().flatten().any(|s| s.name == "force-unlock"), "{retry:?}");
+    assert!(
+        !retry
+            .steps
+            .iter()
+            .flatten()
+            .any(|s| s.name == "force-unlock"),
+        "{retry:?}"
+    );
     assert!(env.events("ForceUnlocked").await.is_empty());
-    assert!(pods.get_opt(&pod).await.unwrap().is_some_and(|p| p.metadata.deletion_timestamp.is_some()));
+    assert!(
+        pods.get_opt(&pod)
+            .await
+            .unwrap()
+            .is_some_and(|p| p.metadata.deletion_timestamp.is_some())
+    );
     assert!(lock_holder(&env, "m").await.is_some());
     // Once the pod is gone the lock is stale, and the next Job frees it.
     env.executor.hold_terminating(&env.ns, &pod, false);
-    within(&env, 60, "the pod gone", || async { pods.get_opt(&pod).await.unwrap().is_none().then_some(()) }).await;
-    let status = within(&env, 300, "the third attempt applied", || async { env.machine_status("m").await.filter(applied) }).await;
+    within(&env, 60, "the pod gone", || async {
+        pods.get_opt(&pod).await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let status = within(&env, 300, "the third attempt applied", || async {
+        env.machine_status("m").await.filter(applied)
+    })
+    .await;
     let run = status.last_run.unwrap();
     assert!(run.job.contains("-apply-a3-"), "{}", run.job);
     assert!(run.steps.iter().flatten().any(|s| s.name == "force-unlock"));
     assert_eq!(env.events("ForceUnlocked").await.len(), 1);
 }
 
-/// A lock Lease written by hand in the backend's shape.
-async fn put_lock(env: &Env, machine: &str, who: &str) -> Lease {
-    let suffix = names::suffix(&env.ns, Kind::Machine, machine);
-    let id = "4f2c1a9e-0b7d-4c55-9d21-7a6f3e8b1c00";
-    let info = json!({"ID": id, "Operation": "OperationTypeApply", "Info": "", "Who": who,
-        "Version": "1.12.6", "Created": "2026-12-02T10:00:00.000000000Z", "Path": ""});
-    let lease = Lease {
-        metadata: ObjectMeta {
-            name: Some(names::state_lock_lease(&suffix)),
-            annotations: Some(BTreeMap::from([("app.terraform.io/lock-info".to_string(), info.to_string())])),
-            labels: Some(BTreeMap::from([("app.kubernetes.io/managed-by".to_string(), "terraform".to_string())])),
-            ..Default::default()
-        },
-        spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec { holder_identity: Some(id.into()), ..Default::default() }),
-    };
-    Api::<Lease>::namespaced(env.client.clone(), &env.ns).create(&PostParams::default(), &lease).await.unwrap()
-}
-
 #[tokio::test]
 async fn foreign_locks_are_reported_and_never_unlocked() {
-    let env = setup("foreignlock", &[], &[]).await;
+    let env = setup(MANAGER, "foreignlock", &[], &[]).await;
     env.cluster("c", NOOP, None).await;
     // Each machine's lock is held by something that is not one of its own
     // runner pods.
@@ -747,115 +897,158 @@ async fn foreign_locks_are_reported_and_never_unlocked() {
     let mut leases = Vec::new();
     for (machine, who) in holders {
         leases.push(put_lock(&env, machine, who).await);
-        let mut m = TerraformMachine::new(machine, TerraformMachineSpec {
-            workspace: WorkspaceSpec {
-                source: Source { image: NOOP.into(), image_pull_policy: None },
-                jobs: Some(captf::api::JobPolicy { lock_timeout_seconds: Some(2), ..Default::default() }),
-                ..Default::default()
-            },
+        let jobs = captf::api::JobPolicy {
+            lock_timeout_seconds: Some(2),
             ..Default::default()
-        });
-        m.metadata.labels = labels("c");
-        Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns).create(&PostParams::default(), &m).await.unwrap();
+        };
+        env.create_machine(
+            machine,
+            "c",
+            WorkspaceSpec {
+                jobs: Some(jobs),
+                ..noop(None)
+            },
+        )
+        .await;
     }
     for ((machine, who), lease) in holders.iter().zip(&leases) {
         // Jobs keep starting; each waits for the lock and fails.
-        let status = within(&env, 240, "a Job failed on the lock, reported StateLocked", || async {
-            env.machine_status(machine).await.filter(|s| {
-                condition(s, "StateReadable") == Some(("False", "StateLocked"))
-                    && condition(s, "ApplyJobSucceeded") == Some(("False", "ApplyFailed"))
-            })
-        })
+        let status = within(
+            &env,
+            240,
+            "a Job failed on the lock, reported StateLocked",
+            || async {
+                env.machine_status(machine).await.filter(|s| {
+                    condition(s, "StateReadable") == Some(("False", "StateLocked"))
+                        && condition(s, "ApplyJobSucceeded") == Some(("False", "ApplyFailed"))
+                })
+            },
+        )
         .await;
-        let message = &status.conditions.as_ref().unwrap().iter().find(|c| c.type_ == "StateReadable").unwrap().message;
-        assert!(message.contains(who) && message.contains("OperationTypeApply") && message.contains("2026-12-02T10:00:00"), "{message}");
-        let steps: Vec<&str> = status.last_run.as_ref().unwrap().steps.iter().flatten().map(|s| s.name.as_str()).collect();
+        let message = &status
+            .conditions
+            .as_ref()
+            .unwrap()
+            .iter()
+            .find(|c| c.type_ == "StateReadable")
+            .unwrap()
+            .message;
+        assert!(
+            message.contains(who)
+                && message.contains("OperationTypeApply")
+                && message.contains("2026-12-02T10:00:00"),
+            "{message}"
+        );
+        let steps: Vec<&str> = status
+            .last_run
+            .as_ref()
+            .unwrap()
+            .steps
+            .iter()
+            .flatten()
+            .map(|s| s.name.as_str())
+            .collect();
         assert!(!steps.contains(&"force-unlock"), "{machine}: {steps:?}");
         // The Lease is exactly as written: never unlocked.
-        let now = Api::<Lease>::namespaced(env.client.clone(), &env.ns).get(&lease.name_any()).await.unwrap();
-        assert_eq!(now.metadata.resource_version, lease.metadata.resource_version, "{machine}'s lock was touched");
+        let now = Api::<Lease>::namespaced(env.client.clone(), &env.ns)
+            .get(&lease.name_any())
+            .await
+            .unwrap();
+        assert_eq!(
+            now.metadata.resource_version, lease.metadata.resource_version,
+            "{machine}'s lock was touched"
+        );
     }
     assert!(env.events("ForceUnlocked").await.is_empty());
     let locked = env.events("StateLocked").await;
-    assert_eq!(locked.len(), holders.len(), "one StateLocked event per object");
+    assert_eq!(
+        locked.len(),
+        holders.len(),
+        "one StateLocked event per object"
+    );
 }
 
 // ---- State backups (book: terraform-state.md "State backups") ----
 
 async fn set_greeting(env: &Env, cluster: &str, greeting: &str) {
     Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns)
-        .patch(cluster, &PatchParams::default(), &Patch::Merge(json!({"spec": {"variables": {"greeting": greeting}}})))
+        .patch(
+            cluster,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"variables": {"greeting": greeting}}})),
+        )
         .await
         .unwrap();
 }
 
-/// Waits until the cluster's apply of `greeting` is adopted and its serial
-/// backed up; returns the state's serial.
-async fn applied_and_backed_up(env: &Env, cluster: &str, attempt: u32) -> u64 {
-    let status = within(env, 240, "the apply adopted and backed up", || async {
-        let s = env.cluster_status(cluster).await?;
-        let run_ok = s.last_run.as_ref().is_some_and(|r| r.job.contains(&format!("-apply-a{attempt}-")));
-        let newest = s.state_backups.as_ref()?.first()?.serial;
-        (applied(&s) && run_ok && s.observed_state_serial == Some(newest)).then_some(s)
-    })
-    .await;
-    let serial = u64::try_from(status.observed_state_serial.unwrap()).unwrap();
-    // The newest backup holds exactly the state Secret's bytes.
-    let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
-    let suffix = names::suffix(&env.ns, Kind::Cluster, cluster);
-    let state = secrets.get(&names::state_secret(&suffix)).await.unwrap();
-    let backup = secrets.get(&names::backup_secret(&suffix, serial)).await.unwrap();
-    assert_eq!(state.data.as_ref().unwrap()["tfstate"], backup.data.as_ref().unwrap()["tfstate"]);
-    assert_eq!(backup.labels().get("captf.io/state-backup").map(String::as_str), Some("true"));
-    let owner = Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns).get(cluster).await.unwrap();
-    assert!(backup.owner_references().iter().any(|o| Some(&o.uid) == owner.meta().uid.as_ref()), "a backup is owned by its object");
-    serial
-}
-
 async fn backup_serials(env: &Env, cluster: &str) -> Vec<i64> {
-    env.cluster_status(cluster).await.and_then(|s| s.state_backups).unwrap_or_default().iter().map(|b| b.serial).collect()
+    env.cluster_status(cluster)
+        .await
+        .and_then(|s| s.state_backups)
+        .unwrap_or_default()
+        .iter()
+        .map(|b| b.serial)
+        .collect()
 }
 
 #[tokio::test]
 async fn each_new_serial_is_backed_up_and_state_backups_zero_takes_none() {
-    let mut env = setup("backups", &[], &[]).await;
-    env.cluster("c", NOOP, vars(&[("greeting", json!("one"))])).await;
-    let first = applied_and_backed_up(&env, "c", 1).await;
+    let mut env = setup(MANAGER, "backups", &[], &[]).await;
+    env.cluster("c", NOOP, vars(&[("greeting", json!("one"))]))
+        .await;
+    let first = applied_and_backed_up::<TerraformCluster>(&env, "c", 1).await;
     set_greeting(&env, "c", "two").await;
-    let second = applied_and_backed_up(&env, "c", 2).await;
+    let second = applied_and_backed_up::<TerraformCluster>(&env, "c", 2).await;
     set_greeting(&env, "c", "three").await;
-    let third = applied_and_backed_up(&env, "c", 3).await;
+    let third = applied_and_backed_up::<TerraformCluster>(&env, "c", 3).await;
     assert!(first < second && second < third);
     let serials = backup_serials(&env, "c").await;
-    assert_eq!(serials, [third as i64, second as i64, first as i64], "newest first");
+    assert_eq!(
+        serials,
+        [third as i64, second as i64, first as i64],
+        "newest first"
+    );
     assert!(!env.events("StateBackedUp").await.is_empty());
 
     // With --state-backups=0 no new backup is taken and the old ones stay.
-    env.manager.stop();
-    let plane = controlplane::shared();
-    env.manager = Manager::start(plane, Path::new(env!("CARGO_BIN_EXE_captf-manager")), &[&format!("--namespace={}", env.ns), "--state-backups=0"]);
-    env.manager.wait_ready().await;
+    env.restart_manager(&["--state-backups=0"]).await;
     set_greeting(&env, "c", "four").await;
     let status = within(&env, 240, "the fourth apply", || async {
-        env.cluster_status("c").await.filter(|s| applied(s) && s.last_run.as_ref().is_some_and(|r| r.job.contains("-apply-a4-")) && s.observed_state_serial > Some(third as i64))
+        env.cluster_status("c").await.filter(|s| {
+            applied(s)
+                && s.last_run
+                    .as_ref()
+                    .is_some_and(|r| r.job.contains("-apply-a4-"))
+                && s.observed_state_serial > Some(third as i64)
+        })
     })
     .await;
     let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
     let fourth = status.observed_state_serial.unwrap() as u64;
     let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
-    assert!(secrets.get_opt(&names::backup_secret(&suffix, fourth)).await.unwrap().is_none());
-    assert_eq!(backup_serials(&env, "c").await, [third as i64, second as i64, first as i64]);
+    assert!(
+        secrets
+            .get_opt(&names::backup_secret(&suffix, fourth))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        backup_serials(&env, "c").await,
+        [third as i64, second as i64, first as i64]
+    );
 }
 
 #[tokio::test]
 async fn state_backups_two_prunes_to_the_newest_two() {
-    let env = setup("prune", &[], &["--state-backups=2"]).await;
-    env.cluster("c", NOOP, vars(&[("greeting", json!("one"))])).await;
-    let first = applied_and_backed_up(&env, "c", 1).await;
+    let env = setup(MANAGER, "prune", &[], &["--state-backups=2"]).await;
+    env.cluster("c", NOOP, vars(&[("greeting", json!("one"))]))
+        .await;
+    let first = applied_and_backed_up::<TerraformCluster>(&env, "c", 1).await;
     set_greeting(&env, "c", "two").await;
-    let second = applied_and_backed_up(&env, "c", 2).await;
+    let second = applied_and_backed_up::<TerraformCluster>(&env, "c", 2).await;
     set_greeting(&env, "c", "three").await;
-    let third = applied_and_backed_up(&env, "c", 3).await;
+    let third = applied_and_backed_up::<TerraformCluster>(&env, "c", 3).await;
     let serials = within(&env, 30, "the oldest pruned", || async {
         let s = backup_serials(&env, "c").await;
         (s.len() == 2).then_some(s)
@@ -864,27 +1057,43 @@ async fn state_backups_two_prunes_to_the_newest_two() {
     assert_eq!(serials, [third as i64, second as i64]);
     let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
     let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
-    assert!(secrets.get_opt(&names::backup_secret(&suffix, first)).await.unwrap().is_none());
+    assert!(
+        secrets
+            .get_opt(&names::backup_secret(&suffix, first))
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 #[tokio::test]
 async fn a_corrupt_state_is_never_backed_up() {
-    let env = setup("nobackup", &[], &[]).await;
+    let env = setup(MANAGER, "nobackup", &[], &[]).await;
     Api::<TerraformClusterIdentity>::all(env.client.clone())
-        .patch(&env.identity, &PatchParams::default(), &Patch::Merge(json!({"spec": {"allowedNamespaces": {"list": ["elsewhere"]}}})))
+        .patch(
+            &env.identity,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"allowedNamespaces": {"list": ["elsewhere"]}}})),
+        )
         .await
         .unwrap();
     put_state(&env, Kind::Machine, "bad", b"\x1f\x8b\x08\x00garbage").await;
     env.cluster("c", NOOP, None).await;
     env.machine("bad", "c", None).await;
     within(&env, 60, "the corrupt state reported", || async {
-        env.machine_status("bad").await.filter(|s| condition(s, "StateReadable") == Some(("False", "StateCorrupt")))
+        env.machine_status("bad")
+            .await
+            .filter(|s| condition(s, "StateReadable") == Some(("False", "StateCorrupt")))
     })
     .await;
     let metrics = env.manager.metrics().await;
     let skipped = metrics
         .lines()
-        .find(|l| l.starts_with("captf_state_backups_total{") && l.contains("result=\"skipped\"") && l.contains("TerraformMachine"))
+        .find(|l| {
+            l.starts_with("captf_state_backups_total{")
+                && l.contains("result=\"skipped\"")
+                && l.contains("TerraformMachine")
+        })
         .unwrap_or_else(|| panic!("no skipped count:\n{metrics}"));
     assert!(skipped.ends_with(" 1"), "{skipped}");
     let backups = Api::<Secret>::namespaced(env.client.clone(), &env.ns)
@@ -898,9 +1107,10 @@ async fn a_corrupt_state_is_never_backed_up() {
 
 #[tokio::test]
 async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
-    let env = setup("restore", &[], &[]).await;
-    env.cluster("c", NOOP, vars(&[("greeting", json!("one"))])).await;
-    let serial = applied_and_backed_up(&env, "c", 1).await;
+    let env = setup(MANAGER, "restore", &[], &[]).await;
+    env.cluster("c", NOOP, vars(&[("greeting", json!("one"))]))
+        .await;
+    let serial = applied_and_backed_up::<TerraformCluster>(&env, "c", 1).await;
     let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
     let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
     let before = secrets.get(&names::state_secret(&suffix)).await.unwrap();
@@ -908,17 +1118,31 @@ async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
 
     // A serial without a backup: no Job, RestoreBackupNotFound.
     clusters
-        .patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": "999"}}})))
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": "999"}}})),
+        )
         .await
         .unwrap();
     within(&env, 60, "RestoreBackupNotFound", || async {
-        env.cluster_status("c").await.filter(|s| condition(s, "RestoreJobSucceeded") == Some(("False", "RestoreBackupNotFound")))
+        env.cluster_status("c").await.filter(|s| {
+            condition(s, "RestoreJobSucceeded") == Some(("False", "RestoreBackupNotFound"))
+        })
     })
     .await;
-    assert!(env.jobs().await.iter().all(|j| !j.name_any().contains("-restore-")));
+    assert!(
+        env.jobs()
+            .await
+            .iter()
+            .all(|j| !j.name_any().contains("-restore-"))
+    );
 
     // The state Secret is deleted by hand, and the backup restored.
-    secrets.delete(&names::state_secret(&suffix), &Default::default()).await.unwrap();
+    secrets
+        .delete(&names::state_secret(&suffix), &Default::default())
+        .await
+        .unwrap();
     clusters
         .patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": serial.to_string()}}})))
         .await
@@ -932,7 +1156,12 @@ async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
     .await;
     let run = status.last_run.unwrap();
     assert!(run.job.starts_with("captf-c-c-restore-a1-"), "{}", run.job);
-    let steps: Vec<&str> = run.steps.iter().flatten().map(|s| s.name.as_str()).collect();
+    let steps: Vec<&str> = run
+        .steps
+        .iter()
+        .flatten()
+        .map(|s| s.name.as_str())
+        .collect();
     assert_eq!(steps, ["init", "state-push", "state-list"]);
     within(&env, 30, "the annotation removed", || async {
         let c = clusters.get("c").await.ok()?;
@@ -941,10 +1170,19 @@ async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
     .await;
     assert_eq!(env.events("StateRestored").await.len(), 1);
     let after = secrets.get(&names::state_secret(&suffix)).await.unwrap();
-    assert_eq!(after.annotations().get("captf.io/inputs-hash"), before.annotations().get("captf.io/inputs-hash"));
+    assert_eq!(
+        after.annotations().get("captf.io/inputs-hash"),
+        before.annotations().get("captf.io/inputs-hash")
+    );
 
     // Unchanged inputs over the restored state: nothing to apply.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let applies: Vec<String> = env.jobs().await.iter().map(|j| j.name_any()).filter(|n| n.contains("-apply-")).collect();
+    let applies: Vec<String> = env
+        .jobs()
+        .await
+        .iter()
+        .map(|j| j.name_any())
+        .filter(|n| n.contains("-apply-"))
+        .collect();
     assert_eq!(applies.len(), 1, "{applies:?}");
 }

@@ -350,6 +350,16 @@ async fn an_identity_in_use_cannot_be_deleted() {
 
     api(&client, &ns, "TerraformMachine").delete("worker", &Default::default()).await.unwrap();
     clusters.delete("user", &Default::default()).await.unwrap();
+    // Never applied (no credentials Secret): the manager's finalizers go at
+    // once, and the identity is unused once both are gone.
+    for kind in ["TerraformMachine", "TerraformCluster"] {
+        let name = if kind == "TerraformCluster" { "user" } else { "worker" };
+        let objects = api(&client, &ns, kind);
+        captf_testkit::eventually(&format!("{kind} {name} gone"), || async {
+            objects.get_opt(name).await.unwrap().is_none().then_some(())
+        })
+        .await;
+    }
     // A namespace still holding its credentials mirror keeps it too.
     let mirrored = json!({"status": {"namespaces": [ns]}});
     identities(&client).patch_status(&name, &PatchParams::default(), &Patch::Merge(&mirrored)).await.unwrap();

@@ -12,6 +12,11 @@ pub const APPLY_JOB_SUCCEEDED: &str = "ApplyJobSucceeded";
 pub const DRIFT_JOB_SUCCEEDED: &str = "DriftJobSucceeded";
 pub const RESTORE_JOB_SUCCEEDED: &str = "RestoreJobSucceeded";
 pub const STATE_READABLE: &str = "StateReadable";
+/// Negative polarity: True while the object is being deleted.
+pub const DELETING: &str = "Deleting";
+/// Negative polarity, TerraformCluster only: True while its machines and
+/// pools keep it from being destroyed.
+pub const DELETION_BLOCKED: &str = "DeletionBlocked";
 
 /// The conditions Ready summarizes before the object is provisioned (ref §3),
 /// as far as this manager sets them. A condition not set yet counts as

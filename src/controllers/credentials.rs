@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::core::{Selector, SelectorExt};
 use sha2::{Digest, Sha256};
 
@@ -195,6 +196,41 @@ async fn mirror(client: &kube::Client, namespace: &str, identity: &str, source: 
         }
     }
     Err(format!("writing Secret {name}: kept conflicting with other writers"))
+}
+
+/// Removes the object `uid` from the users of every credentials mirror of
+/// the namespace (ref §8.6 cleanup), and deletes a mirror it was the last
+/// user of; returns the names of the deleted ones. Writes are guarded by
+/// the resourceVersion read, and a conflict reads again.
+pub async fn release(client: &kube::Client, namespace: &str, uid: &str) -> Result<Vec<String>, kube::Error> {
+    let api = Api::<Secret>::namespaced(client.clone(), namespace);
+    let mut removed = Vec::new();
+    let mirrors = api.list(&ListParams::default().labels(&format!("{MIRRORED_LABEL}=true"))).await?;
+    for mirror in mirrors.items {
+        let name = mirror.name_any();
+        let mut current = Some(mirror);
+        while let Some(mut secret) = current.take() {
+            let owners = secret.metadata.owner_references.get_or_insert_default();
+            let before = owners.len();
+            owners.retain(|o| o.uid != uid);
+            let result = if owners.len() == before {
+                Ok(())
+            } else if owners.is_empty() {
+                let precondition = kube::api::Preconditions { resource_version: secret.metadata.resource_version.clone(), uid: None };
+                let params = DeleteParams { preconditions: Some(precondition), ..Default::default() };
+                api.delete(&name, &params).await.map(|_| removed.push(name.clone()))
+            } else {
+                api.replace(&name, &PostParams::default(), &secret).await.map(drop)
+            };
+            match result {
+                Ok(()) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => current = api.get_opt(&name).await?,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(removed)
 }
 
 /// A non-blocking owner reference, so the mirror goes once its last user

@@ -54,6 +54,8 @@ pub enum ApplyReason {
     /// Not an apply: the `captf.io/restore-state` annotation asks for a
     /// restore, which goes first.
     RestoreRequested,
+    /// Not an apply: the object is being deleted, and its destroy is due.
+    Deleting,
 }
 
 impl ApplyReason {
@@ -64,6 +66,7 @@ impl ApplyReason {
             ApplyReason::InputsChanged => "the inputs changed",
             ApplyReason::RetryFailed => "the last apply failed",
             ApplyReason::RestoreRequested => "captf.io/restore-state asks for a restore",
+            ApplyReason::Deleting => "the object is being deleted",
         }
     }
 
@@ -75,6 +78,7 @@ impl ApplyReason {
             ApplyReason::InputsChanged => "inputs_changed",
             ApplyReason::RetryFailed => "retry_failed",
             ApplyReason::RestoreRequested => "restore_requested",
+            ApplyReason::Deleting => "deleting",
         }
     }
 }
@@ -145,16 +149,19 @@ pub fn decide(facts: &Facts) -> Decision {
     if reason == ApplyReason::InputsChanged {
         return Decision::Apply(reason);
     }
-    let (failures, newest) = failures_of(&facts.finished, Op::Apply);
-    let wait = backoff(failures, facts.failed_jobs_history_limit);
-    if let Some(at) = newest {
-        let elapsed = facts.now.duration_since(at);
-        let elapsed = Duration::try_from(elapsed).unwrap_or(Duration::ZERO);
-        if elapsed < wait {
-            return Decision::Backoff { reason, wait: wait - elapsed, failures };
-        }
+    match backing_off(&facts.finished, Op::Apply, facts.failed_jobs_history_limit, facts.now) {
+        Some((wait, failures)) => Decision::Backoff { reason, wait, failures },
+        None => Decision::Apply(reason),
     }
-    Decision::Apply(reason)
+}
+
+/// The rest of the backoff of `op` after its consecutive failures (ref
+/// §8.4), with their count; None when `op` may run now.
+pub fn backing_off(finished: &[Finished], op: Op, failed_jobs_history_limit: i32, now: Timestamp) -> Option<(Duration, u32)> {
+    let (failures, newest) = failures_of(finished, op);
+    let wait = backoff(failures, failed_jobs_history_limit);
+    let elapsed = Duration::try_from(now.duration_since(newest?)).unwrap_or(Duration::ZERO);
+    (elapsed < wait).then(|| (wait - elapsed, failures))
 }
 
 #[cfg(test)]

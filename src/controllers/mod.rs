@@ -8,7 +8,9 @@ pub mod bookkeeping;
 pub mod conditions;
 pub mod credentials;
 pub mod decide;
+pub mod deletion;
 mod reconcile;
+pub mod sweep;
 pub mod workload;
 
 use std::sync::Arc;
@@ -74,6 +76,8 @@ pub enum Error {
     Lock(#[from] crate::locks::LockError),
     #[error("state backups: {0}")]
     Backup(#[source] crate::backups::BackupError),
+    #[error("durable inputs: {0}")]
+    Durable(#[source] crate::jobs::durable::DurableError),
     #[error("the object has no {0}")]
     MissingMetadata(&'static str),
 }
@@ -87,6 +91,7 @@ impl Categorized for Error {
             Error::Lease(e) => e.category(),
             Error::Lock(e) => e.category(),
             Error::Backup(e) => e.category(),
+            Error::Durable(e) => e.category(),
             Error::MissingMetadata(_) => Category::Invalid,
         }
     }
@@ -145,6 +150,16 @@ pub async fn run(
     let clusters = Controller::new(scoped::<TerraformCluster>(&client, ns), watch_config(&settings))
         .owns(jobs(), job_config.clone())
         .graceful_shutdown_on(shutdown.clone());
+    // A cluster being deleted waits for its machines and pools: each change
+    // of one (its removal above all) wakes the cluster.
+    let clusters_store = clusters.store();
+    let clusters = clusters.watches(scoped::<TerraformMachine>(&client, ns), watcher::Config::default(), move |m: TerraformMachine| {
+        same_cluster(&clusters_store, &m)
+    });
+    let clusters_store = clusters.store();
+    let clusters = clusters.watches(scoped::<TerraformMachinePool>(&client, ns), watcher::Config::default(), move |p: TerraformMachinePool| {
+        same_cluster(&clusters_store, &p)
+    });
     let machines = Controller::new(scoped::<TerraformMachine>(&client, ns), watch_config(&settings))
         .owns(jobs(), job_config.clone())
         .graceful_shutdown_on(shutdown.clone());
@@ -180,6 +195,9 @@ pub async fn run(
         }
     });
 
+    // The namespace sweep: at start, then every --sync-period.
+    let sweeper = tokio::spawn(sweep::periodically(client.clone(), settings.namespace.clone(), settings.sync_period));
+
     info!(namespace = ?settings.namespace, "starting the reconcilers");
     let c = settings.concurrency;
     let clusters = clusters
@@ -195,6 +213,7 @@ pub async fn run(
         .run(reconcile::reconcile::<TerraformMachinePool>, error_policy, ctx)
         .for_each(log_outcome);
     tokio::join!(clusters, machines, pools);
+    sweeper.abort();
     info!("the reconcilers stopped");
 }
 
@@ -205,10 +224,10 @@ async fn log_outcome<T: std::fmt::Debug, E: std::fmt::Display>(outcome: Result<T
     }
 }
 
-/// The objects of the namespace that carry the lease's cluster-name label.
-fn same_cluster<K: Workload>(store: &kube::runtime::reflector::Store<K>, lease: &Lease) -> Vec<ObjectRef<K>> {
-    let ns = lease.metadata.namespace.as_deref();
-    let cluster = lease.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL));
+/// The objects of the namespace that carry `other`'s cluster-name label.
+fn same_cluster<K: Workload>(store: &kube::runtime::reflector::Store<K>, other: &impl kube::Resource) -> Vec<ObjectRef<K>> {
+    let ns = other.meta().namespace.as_deref();
+    let cluster = other.meta().labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL));
     store
         .state()
         .iter()

@@ -1,7 +1,9 @@
 //! One reconcile pass of a workload object (ref §8.1, the steps this manager
-//! runs so far): bookkeeping of finished Jobs, the active Job, credentials,
-//! runner RBAC, the state, the decision, and the Job start; then one status
-//! apply. Deletion (the finalizer, destroy and cleanup) is not handled yet.
+//! runs so far). The finalizer is the top-level step; then bookkeeping of
+//! finished Jobs and the active Job; then, for a live object, credentials,
+//! the state, backups, the decision, runner RBAC and the Job start, or, for
+//! one being deleted, the destroy or the cleanup (`deletion` decides);
+//! then one status apply.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,14 +20,20 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{PatchOperation, RemoveOperation, TestOperation};
+
 use super::bookkeeping::{self, Accounted, JobEnd};
 use super::conditions::{self, Cond, RUNNER_RBAC_READY, STATE_READABLE, Status, Transition};
 use super::credentials;
 use super::decide::{self, Decision, Facts, Finished, StateFact};
+use super::deletion::{self, DestroyInputs, Hold, Lifecycle, Step, Why};
+use super::sweep;
 use super::workload::Workload;
 use super::{Context, Error, MANAGER};
-use crate::api::{ActiveJob, SourceStatus, TerraformCluster, WorkspaceStatus};
+use crate::api::{ActiveJob, SourceStatus, TerraformCluster, TerraformMachine, TerraformMachinePool, WorkspaceStatus};
 use crate::jobs::builder::{self, JobRequest, RestoreRequest};
+use crate::jobs::durable;
 use crate::jobs::inputs::{self, InputsRequest};
 use crate::jobs::leases::{self, Acquired, HolderLookup, JobState, LeaseRequest};
 use crate::jobs::{ATTEMPT_LABEL, CLUSTER_NAME_LABEL, OP_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, policy, rbac};
@@ -49,6 +57,8 @@ const RESTORE_SERIAL: &str = "captf.io/restore-serial";
 
 /// Lease waits re-check this often (ref §8.4).
 const LEASE_RECHECK: Duration = Duration::from_secs(30);
+/// A held deletion re-checks this often (ref Appendix B).
+const HELD_RECHECK: Duration = Duration::from_secs(60);
 
 /// The facts of one pass and what it changes, applied at the end.
 struct Pass<'a, K: Workload> {
@@ -60,6 +70,9 @@ struct Pass<'a, K: Workload> {
     status: WorkspaceStatus,
     transitions: Vec<Transition>,
     now: Timestamp,
+    /// While deleting: the Deleting condition, set once at the end of the
+    /// pass so that its reason changes at most once per pass.
+    deleting: Option<Cond>,
 }
 
 impl<K: Workload> Pass<'_, K> {
@@ -178,10 +191,17 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
     let namespace = meta.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;
     let name = meta.name.clone().ok_or(Error::MissingMetadata("name"))?;
     let uid = meta.uid.clone().ok_or(Error::MissingMetadata("uid"))?;
-    if meta.deletion_timestamp.is_some() {
-        // Deletion comes with the finalizer (destroy, then cleanup).
-        return Ok(Action::await_change());
-    }
+    let finalizers = meta.finalizers.clone().unwrap_or_default();
+    let deleting = match deletion::lifecycle(K::KIND, meta.deletion_timestamp.is_some(), &finalizers) {
+        Lifecycle::AddFinalizer => {
+            add_finalizer(&ctx, obj.as_ref(), &namespace, &name).await?;
+            // The write itself wakes the next pass.
+            return Ok(Action::await_change());
+        }
+        Lifecycle::Released => return Ok(Action::await_change()),
+        Lifecycle::Live => false,
+        Lifecycle::Deleting => true,
+    };
     let suffix = names::suffix(&namespace, K::KIND, &name);
     let mut pass = Pass {
         ctx: &ctx,
@@ -192,9 +212,13 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
         status: obj.workspace_status().cloned().unwrap_or_default(),
         transitions: Vec::new(),
         now: Timestamp::now(),
+        deleting: None,
     };
     pass.status.state_secret_suffix = Some(suffix.clone());
     pass.status.observed_generation = meta.generation;
+    if deleting {
+        pass.deleting = Some(Cond::new(conditions::DELETING, Status::True, "Deleting", "the object is being deleted"));
+    }
 
     let jobs = jobs_of::<K>(&ctx, &namespace, &name, &uid).await?;
     let mut newly_bookkept: Vec<(String, &'static str)> = Vec::new();
@@ -231,6 +255,9 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
     finished.sort_by_key(|(f, _)| std::cmp::Reverse(f.finished_at));
 
     let action = if let Some(job) = active {
+        if deleting {
+            pass.deleting = Some(Cond::new(conditions::DELETING, Status::True, "Deleting", format!("waiting for Job {} to finish", job.name_any())));
+        }
         pass.status.active_job = Some(ActiveJob {
             name: job.name_any(),
             operation: bookkeeping::operation(job_op(job).unwrap_or(Op::Apply)),
@@ -241,10 +268,34 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
         Action::requeue(ctx.settings.sync_period)
     } else {
         pass.status.active_job = None;
-        idle(&mut pass, &finished.into_iter().map(|(f, _)| f).collect::<Vec<_>>(), &jobs, &uid).await?
+        let finished: Vec<Finished> = finished.into_iter().map(|(f, _)| f).collect();
+        if !deleting {
+            idle(&mut pass, &finished, &jobs, &uid).await?
+        } else if !newly_bookkept.is_empty() {
+            // The outcome is written before anything is cleaned up, so
+            // that status shows the destroy that made cleanup safe.
+            Action::requeue(Duration::from_secs(1))
+        } else {
+            match deleting_pass(&mut pass, &finished, &jobs, &uid).await? {
+                Some(action) => action,
+                // The finalizer is gone: so is the object, and its status.
+                None => return Ok(Action::await_change()),
+            }
+        }
     };
 
-    let ready = conditions::ready(pass.status.conditions.as_deref().unwrap_or_default());
+    if let Some(cond) = pass.deleting.take() {
+        let before = pass.transitions.len();
+        pass.set(cond);
+        if pass.transitions[before..].iter().any(|t| t.from.as_ref().is_none_or(|(status, _)| *status != Status::True)) {
+            pass.event(EventType::Normal, "DeletionStarted", "the object is being deleted: destroy, then cleanup".into()).await;
+        }
+    }
+    let ready = if deleting {
+        Cond::new(conditions::READY, Status::False, "Deleting", "the object is being deleted")
+    } else {
+        conditions::ready(pass.status.conditions.as_deref().unwrap_or_default())
+    };
     pass.set(ready);
     apply_status(&pass).await?;
     for t in std::mem::take(&mut pass.transitions) {
@@ -295,6 +346,10 @@ async fn account<K: Workload>(pass: &mut Pass<'_, K>, job: &Job, op: Op, account
                 adopt(pass, hash).await?;
             }
         }
+        if op == Op::Apply {
+            let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &pass.namespace);
+            durable::mark_applied(&secrets, K::KIND, &pass.name).await.map_err(Error::Kube)?;
+        }
         if let (Op::Restore, Some(serial)) = (op, annotation(job, RESTORE_SERIAL)) {
             restored(pass, serial, &job_name).await?;
         }
@@ -316,13 +371,11 @@ async fn account<K: Workload>(pass: &mut Pass<'_, K>, job: &Job, op: Op, account
     Ok(())
 }
 
-/// Adopts the state a successful apply wrote (ref terraform-state.md): the
-/// applied inputs hash on the base Secret.
-///
-/// The owner references the book also puts on every chunk wait for the
-/// finalizer (destroy first, then cleanup): without it, deleting the object
-/// would let the garbage collector delete the state of infrastructure that
-/// still exists.
+/// Adopts the state a successful apply or restore wrote (book:
+/// terraform-state.md): an owner reference to the object on every chunk,
+/// so that the state moves with a clusterctl move and is collected with
+/// the object should its finalizer be removed by hand, and the applied
+/// inputs hash on the base Secret. Terraform's own writes carry neither.
 async fn adopt<K: Workload>(pass: &mut Pass<'_, K>, hash: &str) -> Result<(), Error> {
     let ctx = pass.ctx;
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &pass.namespace);
@@ -331,12 +384,23 @@ async fn adopt<K: Workload>(pass: &mut Pass<'_, K>, hash: &str) -> Result<(), Er
         // Read again, and reported, in this pass's state step.
         return Ok(());
     }
-    if let Some(base) = snapshot.base(&pass.suffix) {
-        let patch = json!({"metadata": {
-            "annotations": {INPUTS_HASH: hash},
-            "resourceVersion": base.metadata.resource_version,
-        }});
-        secrets.patch(&base.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(Error::Kube)?;
+    let owner = owner_reference(pass.obj)?;
+    let base = names::state_secret(&pass.suffix);
+    for chunk in &snapshot.secrets {
+        let name = chunk.name_any();
+        let is_base = name == base;
+        if !is_base && names::state_chunk_index(&pass.suffix, &name).is_none() {
+            continue;
+        }
+        let mut owners = chunk.owner_references().to_vec();
+        if !owners.iter().any(|o| o.uid == owner.uid) {
+            owners.push(owner.clone());
+        }
+        let mut metadata = json!({"ownerReferences": owners, "resourceVersion": chunk.metadata.resource_version});
+        if is_base {
+            metadata["annotations"] = json!({INPUTS_HASH: hash});
+        }
+        secrets.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": metadata}))).await.map_err(Error::Kube)?;
     }
     pass.event(EventType::Normal, "StateAdopted", format!("adopted the state of the apply with inputs hash {hash}")).await;
     Ok(())
@@ -511,14 +575,34 @@ async fn release<K: Workload>(pass: &Pass<'_, K>, job: &str) -> Result<(), Error
     Ok(())
 }
 
-/// The part of a pass without an active Job: credentials, RBAC, state,
-/// decision, and the Job start.
-async fn idle<K: Workload>(
-    pass: &mut Pass<'_, K>,
-    finished: &[Finished],
-    jobs: &[Job],
-    uid: &str,
-) -> Result<Action, Error> {
+/// What every pass without an active Job gathers first: the cluster, the
+/// credentials, the state, the Job policy and the inputs rendered now.
+struct Gathered {
+    /// The identity allows the namespace and its credentials are mirrored.
+    credentials: bool,
+    identity: Option<String>,
+    secrets: Api<Secret>,
+    view: StateView,
+    settings: policy::JobSettings,
+    rendered: Result<inputs::RenderedInputs, inputs::InputsError>,
+}
+
+/// The state as one pass sees it.
+struct StateView {
+    snapshot: state::Snapshot,
+    fact: StateFact,
+    /// A stale lock's ID, for the next Job to force-unlock.
+    force_unlock: Option<String>,
+    /// StateReadable turned to an unreadable reason in this pass.
+    entered_unreadable: bool,
+    /// An apply succeeded once (the durable inputs' marker, or a backup).
+    ever_applied: bool,
+    durable: Option<durable::Recorded>,
+}
+
+/// `destroyed`: a destroy of the object succeeded, so a missing state is
+/// cleaned up, not lost.
+async fn gather<K: Workload>(pass: &mut Pass<'_, K>, uid: &str, destroyed: bool) -> Result<Gathered, Error> {
     let ctx = pass.ctx;
     let obj = pass.obj;
     let ns = pass.namespace.clone();
@@ -527,16 +611,63 @@ async fn idle<K: Workload>(
 
     let identity = credentials::identity_name(spec, cluster.as_ref());
     let creds = credentials::ensure(&ctx.client, &ns, identity, owner_reference(obj)?).await?;
-    let allowed = creds.allowed.status == Status::True;
+    let credentials = creds.allowed.status == Status::True && creds.identity.is_some();
+    let identity = creds.identity.clone();
     pass.set(creds.allowed);
     pass.set(creds.mirrored);
 
-    // The state.
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
-    let snapshot = state::snapshot(&secrets, &pass.suffix).await?;
+    let view = read_state(pass, &secrets, uid, destroyed).await?;
+
+    let settings = policy::resolve(
+        spec.jobs.as_ref(),
+        cluster.as_ref().and_then(|c| c.spec.defaults.as_ref()).and_then(|d| d.jobs.as_ref()),
+    );
+    let rendered = inputs::render(&InputsRequest {
+        kind: K::KIND,
+        namespace: &ns,
+        name: &pass.name,
+        cluster_name: obj.cluster_name(),
+        image: &spec.source.image,
+        template: annotation(obj, "cluster.x-k8s.io/cloned-from-name"),
+        variables: spec.variables.as_ref(),
+    });
+    Ok(Gathered { credentials, identity, secrets, view, settings, rendered })
+}
+
+/// Reads the state (StateReadable, its gauges, events and counter) and
+/// the state lock, checked only here, with no Job of the object active
+/// (book: state-lock-and-stale-locks.md).
+async fn read_state<K: Workload>(pass: &mut Pass<'_, K>, secrets: &Api<Secret>, uid: &str, destroyed: bool) -> Result<StateView, Error> {
+    let ctx = pass.ctx;
+    let snapshot = state::snapshot(secrets, &pass.suffix).await?;
+    let durable = match secrets.get_opt(&names::inputs_secret(K::KIND, &pass.name)).await.map_err(Error::Kube)? {
+        Some(s) if durable::owned_by(&s, uid) => durable::read(&s),
+        _ => None,
+    };
+    let ever_applied = durable.as_ref().is_some_and(|d| d.applied)
+        || !backups::existing(secrets, &pass.suffix).await.map_err(Error::Backup)?.is_empty();
     let labels = pass.labels();
     let reason = snapshot.readable.reason();
-    let state_fact = match &snapshot.readable {
+    let mut status = match reason.status() {
+        "True" => Status::True,
+        "False" => Status::False,
+        _ => Status::Unknown,
+    };
+    let mut reason = reason.as_str();
+    let mut message = snapshot.readable.message();
+    let lost = ever_applied && !destroyed && snapshot.readable == StateReadable::NotFound;
+    let fact = match &snapshot.readable {
+        StateReadable::NotFound if lost => {
+            // Applied once and gone: nothing may run from the spec alone
+            // (a machine would be created twice) until it is restored.
+            (status, reason) = (Status::False, "StateLost");
+            message = format!(
+                "state Secret {} is missing although the object was applied; restore it from a backup",
+                names::state_secret(&pass.suffix)
+            );
+            StateFact::Unreadable
+        }
         StateReadable::NotFound => {
             ctx.metrics.state_bytes.remove(&labels);
             ctx.metrics.state_resources.remove(&labels);
@@ -556,21 +687,17 @@ async fn idle<K: Workload>(
         }
         StateReadable::Unreadable(_) => StateFact::Unreadable,
     };
-    let status = match reason.status() {
-        "True" => Status::True,
-        "False" => Status::False,
-        _ => Status::Unknown,
+    let mut readable = Cond::new(STATE_READABLE, status, reason, message);
+    let mut read_error = match lost {
+        true => Some((metrics::StateReadError::Lost, "StateLost")),
+        false => snapshot
+            .readable
+            .metric_reason()
+            .and_then(|r| metrics::StateReadError::ALL.iter().copied().find(|m| m.as_str() == r))
+            .map(|m| (m, "StateUnreadable")),
     };
-    let mut readable = Cond::new(STATE_READABLE, status, reason.as_str(), snapshot.readable.message());
-    let mut read_error = snapshot
-        .readable
-        .metric_reason()
-        .and_then(|r| metrics::StateReadError::ALL.iter().copied().find(|m| m.as_str() == r))
-        .map(|m| (m, "StateUnreadable"));
 
-    // The state lock (book: state-lock-and-stale-locks.md), checked only
-    // here, with no Job of the object active.
-    let force_unlock = match locks::inspect(&ctx.client, &ns, K::KIND, &pass.name).await? {
+    let force_unlock = match locks::inspect(&ctx.client, &pass.namespace, K::KIND, &pass.name).await? {
         Verdict::Free | Verdict::Alive { .. } => None,
         Verdict::Stale { id, pod, .. } => {
             debug!(%pod, "the state lock is stale: the next Job force-unlocks it");
@@ -579,7 +706,7 @@ async fn idle<K: Workload>(
         held @ (Verdict::Foreign { .. } | Verdict::Unparsable { .. }) => {
             // Never unlocked; Jobs keep starting, and each waits
             // lockTimeoutSeconds for the lock and fails.
-            if !matches!(snapshot.readable, StateReadable::Unreadable(_)) {
+            if fact != StateFact::Unreadable {
                 readable = Cond::new(STATE_READABLE, Status::False, "StateLocked", held.message());
                 read_error = Some((metrics::StateReadError::Locked, "StateLocked"));
             }
@@ -589,43 +716,63 @@ async fn idle<K: Workload>(
     let before = pass.transitions.len();
     let note = readable.message.clone();
     pass.set(readable);
-    let entered_unreadable = pass.transitions.len() > before && matches!(snapshot.readable, StateReadable::Unreadable(_));
-    if let (true, Some((metric_reason, event))) = (pass.transitions.len() > before, read_error) {
+    let transitioned = pass.transitions.len() > before;
+    let entered_unreadable = transitioned && matches!(snapshot.readable, StateReadable::Unreadable(_));
+    if let (true, Some((metric_reason, event))) = (transitioned, read_error) {
         ctx.metrics
             .state_read_errors
             .get_or_create(&StateReadErrorLabels { kind: metrics_kind(K::KIND), reason: metric_reason })
             .inc();
         pass.event(EventType::Warning, event, note).await;
     }
+    Ok(StateView { snapshot, fact, force_unlock, entered_unreadable, ever_applied, durable })
+}
 
-    backup(pass, &secrets, &snapshot, entered_unreadable).await?;
+/// Whether a Job may start: the credentials are there and the runner's
+/// RBAC is in place. When not, the conditions say why.
+async fn may_start<K: Workload>(pass: &mut Pass<'_, K>, g: &Gathered) -> Result<bool, Error> {
+    if !g.credentials {
+        // IdentityAllowed or CredentialsMirrored says why.
+        return Ok(false);
+    }
+    let account = &g.settings.service_account_name;
+    match rbac::ensure(&pass.ctx.client, &pass.namespace, account).await {
+        Ok(()) => {
+            pass.set(Cond::new(RUNNER_RBAC_READY, Status::True, "RBACReady", format!("ServiceAccount {account} is bound to ClusterRole {}", names::RUNNER_RBAC)));
+            Ok(true)
+        }
+        Err(e @ (rbac::RbacError::NotOptedIn(_) | rbac::RbacError::ForeignRoleBinding { .. })) => {
+            pass.set(Cond::new(RUNNER_RBAC_READY, Status::False, e.reason(), e.to_string()));
+            Ok(false)
+        }
+        Err(e) => {
+            pass.set(Cond::new(RUNNER_RBAC_READY, Status::False, e.reason(), e.to_string()));
+            Err(e.into())
+        }
+    }
+}
 
-    // The inputs and the Job policy.
-    let settings = policy::resolve(
-        spec.jobs.as_ref(),
-        cluster.as_ref().and_then(|c| c.spec.defaults.as_ref()).and_then(|d| d.jobs.as_ref()),
-    );
-    let template = annotation(obj, "cluster.x-k8s.io/cloned-from-name");
-    let rendered = inputs::render(&InputsRequest {
-        kind: K::KIND,
-        namespace: &ns,
-        name: &pass.name,
-        cluster_name: obj.cluster_name(),
-        image: &spec.source.image,
-        template,
-        variables: spec.variables.as_ref(),
-    });
-    let rendered = match rendered {
+/// The part of a live pass without an active Job: backups, the restore
+/// request, the decision, and the Job start.
+async fn idle<K: Workload>(
+    pass: &mut Pass<'_, K>,
+    finished: &[Finished],
+    jobs: &[Job],
+    uid: &str,
+) -> Result<Action, Error> {
+    let ctx = pass.ctx;
+    let g = gather(pass, uid, false).await?;
+    backup(pass, &g.secrets, &g.view.snapshot, g.view.entered_unreadable).await?;
+    let rendered = match &g.rendered {
         Ok(r) => r,
         Err(e) => {
-            let reason = e.reason();
-            pass.set(Cond::new(conditions::APPLY_JOB_SUCCEEDED, Status::False, reason, e.to_string()));
+            pass.set(Cond::new(conditions::APPLY_JOB_SUCCEEDED, Status::False, e.reason(), e.to_string()));
             return Ok(Action::requeue(ctx.settings.sync_period));
         }
     };
 
-    let restore = match annotation(obj, RESTORE_STATE) {
-        Some(raw) => match restore_due(pass, raw, jobs, &secrets).await? {
+    let restore = match annotation(pass.obj, RESTORE_STATE) {
+        Some(raw) => match restore_due(pass, raw, jobs, &g.secrets).await? {
             RestoreDue::Wait => return Ok(Action::requeue(ctx.settings.sync_period)),
             due @ RestoreDue::Push { .. } => Some(due),
         },
@@ -633,11 +780,11 @@ async fn idle<K: Workload>(
     };
 
     let decision = decide::decide(&Facts {
-        state: state_fact,
+        state: g.view.fact.clone(),
         inputs_hash: Some(rendered.inputs_hash.clone()),
         mutable: K::MUTABLE,
         finished: finished.to_vec(),
-        failed_jobs_history_limit: settings.failed_jobs_history_limit,
+        failed_jobs_history_limit: g.settings.failed_jobs_history_limit,
         now: pass.now,
     });
     let reason = match (&restore, decision) {
@@ -649,36 +796,249 @@ async fn idle<K: Workload>(
         }
         (None, Decision::Apply(reason)) => reason,
     };
-    if !allowed || creds.identity.is_none() {
-        // IdentityAllowed or CredentialsMirrored says why; nothing starts.
-        return Ok(Action::requeue(ctx.settings.sync_period));
-    }
-    if matches!(pass.status.conditions.as_deref().and_then(|c| conditions::status_of(c, conditions::APPLY_JOB_SUCCEEDED)), None) {
+    if g.credentials && pass.status.conditions.as_deref().and_then(|c| conditions::status_of(c, conditions::APPLY_JOB_SUCCEEDED)).is_none() {
         pass.set(Cond::new(conditions::APPLY_JOB_SUCCEEDED, Status::Unknown, "NoApplyYet", "no apply has run yet"));
     }
-
-    // Runner RBAC.
-    match rbac::ensure(&ctx.client, &ns, &settings.service_account_name).await {
-        Ok(()) => pass.set(Cond::new(RUNNER_RBAC_READY, Status::True, "RBACReady", format!("ServiceAccount {} is bound to ClusterRole {}", settings.service_account_name, names::RUNNER_RBAC))),
-        Err(e @ (rbac::RbacError::NotOptedIn(_) | rbac::RbacError::ForeignRoleBinding { .. })) => {
-            pass.set(Cond::new(RUNNER_RBAC_READY, Status::False, e.reason(), e.to_string()));
-            return Ok(Action::requeue(ctx.settings.sync_period));
-        }
-        Err(e) => {
-            pass.set(Cond::new(RUNNER_RBAC_READY, Status::False, e.reason(), e.to_string()));
-            return Err(e.into());
-        }
+    if !may_start(pass, &g).await? {
+        return Ok(Action::requeue(ctx.settings.sync_period));
     }
 
-    let identity = creds.identity.as_deref();
-    let force_unlock = force_unlock.as_deref();
+    let image = pass.obj.workspace().source.image.clone();
+    let base = Start {
+        op: Op::Apply,
+        rendered,
+        image: &image,
+        settings: &g.settings,
+        identity: g.identity.as_deref(),
+        force_unlock: g.view.force_unlock.as_deref(),
+        reason,
+        restore: None,
+    };
     match &restore {
         Some(RestoreDue::Push { serial, chunks, resources, inputs_hash }) => {
             let restore = Restore { serial, request: RestoreRequest { chunk_secrets: chunks, resources: *resources }, inputs_hash: inputs_hash.as_deref() };
-            let start_ = Start { op: Op::Restore, rendered: &rendered, settings: &settings, identity, force_unlock, reason, restore: Some(restore) };
-            start(pass, start_, jobs, uid).await
+            start(pass, Start { op: Op::Restore, restore: Some(restore), ..base }, jobs, uid).await
         }
-        _ => start(pass, Start { op: Op::Apply, rendered: &rendered, settings: &settings, identity, force_unlock, reason, restore: None }, jobs, uid).await,
+        _ => start(pass, base, jobs, uid).await,
+    }
+}
+
+/// A pass of an object being deleted with no Job of it active (book:
+/// terraform-state.md "State on deletion"; ref §8.6): wait for dependents,
+/// hold, destroy, or clean up. None once the finalizer is removed.
+async fn deleting_pass<K: Workload>(
+    pass: &mut Pass<'_, K>,
+    finished: &[Finished],
+    jobs: &[Job],
+    uid: &str,
+) -> Result<Option<Action>, Error> {
+    let ctx = pass.ctx;
+    let ns = pass.namespace.clone();
+    let dependents = if K::KIND == Kind::Cluster { dependents(ctx, pass.obj, &ns).await? } else { 0 };
+    if K::KIND == Kind::Cluster && dependents == 0 {
+        pass.set(Cond::new(conditions::DELETION_BLOCKED, Status::False, "NotBlocked", "no machine or pool of the cluster is left"));
+    }
+    let destroyed = finished.iter().any(|f| f.op == Op::Destroy && f.succeeded);
+    let g = gather(pass, uid, destroyed).await?;
+    let facts = deletion::Facts {
+        kind: K::KIND,
+        dependents,
+        abandoned: pass.obj.meta().annotations.as_ref().and_then(|a| a.get(deletion::ABANDON)).is_some_and(|v| v == uid),
+        state: g.view.fact.clone(),
+        ever_applied: g.view.ever_applied,
+        durable_inputs: g.view.durable.is_some(),
+        renders: g.rendered.is_ok(),
+        finished: finished.to_vec(),
+        failed_jobs_history_limit: g.settings.failed_jobs_history_limit,
+        now: pass.now,
+    };
+    let inputs = match deletion::next(&facts) {
+        Step::WaitForDependents(n) => {
+            let cluster = pass.obj.cluster_name().unwrap_or_default();
+            pass.set(Cond::new(
+                conditions::DELETION_BLOCKED,
+                Status::True,
+                "DependentsExist",
+                format!("{n} TerraformMachine or TerraformMachinePool objects of cluster {cluster} remain"),
+            ));
+            return Ok(Some(Action::requeue(ctx.settings.sync_period)));
+        }
+        Step::Cleanup(why) => {
+            cleanup(pass, &g.view.snapshot, why, uid).await?;
+            return Ok(None);
+        }
+        Step::Hold(hold) => {
+            let why = match hold {
+                Hold::Lost => format!("the state Secret {} is missing although the object was applied", names::state_secret(&pass.suffix)),
+                Hold::Unreadable => format!("the state cannot be read ({})", g.view.snapshot.readable.reason().as_str()),
+            };
+            let message = format!(
+                "deletion held: {why}, so no destroy can run and every Secret is kept. Restore the state from a backup \
+                 (status.stateBackups, Secrets {}-<serial>) into {}, and the destroy runs; or, to remove the object without \
+                 a destroy and leave its infrastructure behind, annotate it {}={uid}",
+                names::backup_secret(&pass.suffix, 0).trim_end_matches("-0"),
+                names::state_secret(&pass.suffix),
+                deletion::ABANDON,
+            );
+            let held_before = pass.obj.workspace_status().and_then(|s| s.conditions.as_deref()).is_some_and(|c| {
+                c.iter().any(|c| c.type_ == conditions::DELETING && c.reason == "DeletionHeld")
+            });
+            if !held_before {
+                pass.event(EventType::Warning, "DeletionHeld", message.clone()).await;
+            }
+            pass.deleting = Some(Cond::new(conditions::DELETING, Status::True, "DeletionHeld", message));
+            return Ok(Some(Action::requeue(HELD_RECHECK)));
+        }
+        Step::MissingInputs => {
+            let message = format!(
+                "durable inputs Secret {} is missing or damaged: no destroy can be built; restore it, or annotate the object {}={uid} to remove it without a destroy",
+                names::inputs_secret(K::KIND, &pass.name),
+                deletion::ABANDON,
+            );
+            let before = pass.transitions.len();
+            pass.set(Cond::new(conditions::APPLY_JOB_SUCCEEDED, Status::False, "DestroyFailed", message.clone()));
+            if pass.transitions.len() > before {
+                pass.event(EventType::Warning, "JobFailed", message).await;
+            }
+            return Ok(Some(Action::requeue(ctx.settings.sync_period)));
+        }
+        Step::Backoff { wait, failures } => {
+            debug!(failures, ?wait, "destroy due but backing off");
+            return Ok(Some(Action::requeue(wait + Duration::from_secs(1))));
+        }
+        Step::Destroy(inputs) => inputs,
+    };
+    let (rendered, image) = match (inputs, &g.view.durable, &g.rendered) {
+        (DestroyInputs::Durable, Some(d), _) => (&d.inputs, d.image.clone()),
+        (_, _, Ok(r)) => (r, None),
+        // next() chose Durable only with durable inputs, Current only when the spec renders.
+        _ => return Ok(Some(Action::requeue(ctx.settings.sync_period))),
+    };
+    if !may_start(pass, &g).await? {
+        return Ok(Some(Action::requeue(ctx.settings.sync_period)));
+    }
+    let image = image.unwrap_or_else(|| pass.obj.workspace().source.image.clone());
+    let start_ = Start {
+        op: Op::Destroy,
+        rendered,
+        image: &image,
+        settings: &g.settings,
+        identity: g.identity.as_deref(),
+        force_unlock: g.view.force_unlock.as_deref(),
+        reason: decide::ApplyReason::Deleting,
+        restore: None,
+    };
+    start(pass, start_, jobs, uid).await.map(Some)
+}
+
+/// TerraformMachines and TerraformMachinePools of a TerraformCluster's
+/// cluster in its namespace (ref §8.6).
+async fn dependents<K: Workload>(ctx: &Context, obj: &K, ns: &str) -> Result<usize, Error> {
+    let Some(cluster) = obj.cluster_name() else { return Ok(0) };
+    let selector = ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={}", names::label_value(cluster)));
+    let machines = Api::<TerraformMachine>::namespaced(ctx.client.clone(), ns).list_metadata(&selector).await.map_err(Error::Kube)?;
+    let pools = Api::<TerraformMachinePool>::namespaced(ctx.client.clone(), ns).list_metadata(&selector).await.map_err(Error::Kube)?;
+    Ok(machines.items.len() + pools.items.len())
+}
+
+/// Cleanup (ref §8.6), in order, each step idempotent so that a pass cut
+/// short anywhere is finished by the next: the state Secrets and the lock
+/// Lease; the durable inputs Secret; the run lease and a cluster's write
+/// lease; the object's share of the credentials mirror; the finalizer.
+/// Backups are left to the garbage collector, with the object.
+async fn cleanup<K: Workload>(pass: &mut Pass<'_, K>, snapshot: &state::Snapshot, why: Why, uid: &str) -> Result<(), Error> {
+    let ctx = pass.ctx;
+    let ns = pass.namespace.clone();
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
+    let leases = Api::<Lease>::namespaced(ctx.client.clone(), &ns);
+    for secret in &snapshot.secrets {
+        let name = secret.name_any();
+        if name == names::state_secret(&pass.suffix) || names::state_chunk_index(&pass.suffix, &name).is_some() {
+            delete_if_present(&secrets, &name).await?;
+        }
+    }
+    delete_if_present(&leases, &names::state_lock_lease(&pass.suffix)).await?;
+    let inputs = names::inputs_secret(K::KIND, &pass.name);
+    if secrets.get_opt(&inputs).await.map_err(Error::Kube)?.is_some_and(|s| durable::owned_by(&s, uid)) {
+        delete_if_present(&secrets, &inputs).await?;
+    }
+    delete_if_present(&leases, &names::run_lease(&pass.suffix)).await?;
+    if let (Kind::Cluster, Some(cluster)) = (K::KIND, pass.obj.cluster_name()) {
+        delete_if_present(&leases, &names::cluster_write_lease(&ns, cluster)).await?;
+    }
+    for mirror in credentials::release(&ctx.client, &ns, uid).await.map_err(Error::Kube)? {
+        pass.event(EventType::Normal, "MirrorRemoved", format!("credentials mirror {mirror} deleted: this object was its last user")).await;
+    }
+    match why {
+        Why::Destroyed => pass.event(EventType::Normal, "Destroyed", "the destroy succeeded and cleanup ran".into()).await,
+        Why::Abandoned => {
+            pass.event(
+                EventType::Warning,
+                "InfrastructureAbandoned",
+                format!("{} names this object: cleaned up without a destroy; its infrastructure is left as it is", deletion::ABANDON),
+            )
+            .await;
+        }
+        Why::NeverApplied => {}
+    }
+    remove_finalizer(pass).await?;
+    ctx.metrics.forget(metrics_kind(K::KIND), &ns, &pass.name);
+    pass.event(EventType::Normal, "FinalizerRemoved", format!("finalizer {} removed", deletion::finalizer(K::KIND))).await;
+    info!(namespace = %ns, name = %pass.name, "deleted ({})", match why {
+        Why::Destroyed => "destroyed",
+        Why::NeverApplied => "never applied",
+        Why::Abandoned => "abandoned",
+    });
+    // The namespace may be empty now; a failed sweep is retried by the
+    // periodic one.
+    if let Err(e) = sweep::sweep(&ctx.client, &ns).await {
+        warn!(namespace = %ns, "namespace sweep: {e}");
+    }
+    Ok(())
+}
+
+async fn delete_if_present<R>(api: &Api<R>, name: &str) -> Result<(), Error>
+where
+    R: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::Kube(e)),
+    }
+}
+
+/// Adds the finalizer, guarded by the resourceVersion read.
+async fn add_finalizer<K: Workload>(ctx: &Context, obj: &K, ns: &str, name: &str) -> Result<(), Error> {
+    let mut finalizers = obj.meta().finalizers.clone().unwrap_or_default();
+    finalizers.push(deletion::finalizer(K::KIND).to_string());
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.meta().resource_version}});
+    Api::<K>::namespaced(ctx.client.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::Kube)?;
+    Ok(())
+}
+
+/// Removes the finalizer at the index it was read at, tested first, so
+/// that a list changed meanwhile fails the write instead of removing
+/// another controller's entry.
+async fn remove_finalizer<K: Workload>(pass: &Pass<'_, K>) -> Result<(), Error> {
+    let ours = deletion::finalizer(K::KIND);
+    let Some(index) = pass.obj.meta().finalizers.iter().flatten().position(|f| f == ours) else { return Ok(()) };
+    let index = index.to_string();
+    let path = || PointerBuf::from_tokens(["metadata", "finalizers", index.as_str()]);
+    let patch = json_patch::Patch(vec![
+        PatchOperation::Test(TestOperation { path: path(), value: json!(ours) }),
+        PatchOperation::Remove(RemoveOperation { path: path() }),
+    ]);
+    match Api::<K>::namespaced(pass.ctx.client.clone(), &pass.namespace)
+        .patch(&pass.name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::Kube(e)),
     }
 }
 
@@ -686,6 +1046,8 @@ async fn idle<K: Workload>(
 struct Start<'a> {
     op: Op,
     rendered: &'a inputs::RenderedInputs,
+    /// The module image: the spec's, or for a destroy the one applied.
+    image: &'a str,
     settings: &'a policy::JobSettings,
     identity: Option<&'a str>,
     /// A stale lock's ID, force-unlocked by this Job after init.
@@ -704,7 +1066,7 @@ struct Restore<'a> {
 
 /// Takes the leases and creates the Job and its per-run Secret.
 async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Job], uid: &str) -> Result<Action, Error> {
-    let Start { op, rendered, settings, identity, force_unlock, reason, restore } = start;
+    let Start { op, rendered, image, settings, identity, force_unlock, reason, restore } = start;
     let job_condition = if op == Op::Restore { conditions::RESTORE_JOB_SUCCEEDED } else { conditions::APPLY_JOB_SUCCEEDED };
     let ctx = pass.ctx;
     let obj = pass.obj;
@@ -766,7 +1128,7 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
         op,
         attempt,
         hash6: &hash6,
-        image: &obj.workspace().source.image,
+        image,
         image_pull_policy: obj.workspace().source.image_pull_policy,
         runner_image: &ctx.settings.runner_image,
         settings,
@@ -786,6 +1148,25 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
         }
         None => {
             annotations.insert(INPUTS_HASH.into(), rendered.inputs_hash.clone());
+        }
+    }
+    if op == Op::Apply {
+        // Written at the start, whether or not the apply succeeds: a
+        // destroy must find what may have been created.
+        let record = durable::Record {
+            kind: K::KIND,
+            namespace: &ns,
+            name: &pass.name,
+            cluster_name: obj.cluster_name(),
+            owner: owner_reference(obj)?,
+            inputs: rendered,
+            image,
+            identity,
+        };
+        let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
+        if let Err(e) = durable::write(&secrets, durable::build(&record), uid).await {
+            release(pass, &job_name).await?;
+            return Err(Error::Durable(e));
         }
     }
     let created = match jobs_api.create(&PostParams::default(), &job).await {
@@ -828,7 +1209,7 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
     pass.event(
         EventType::Normal,
         "JobCreated",
-        format!("{} Job {job_name} (attempt {attempt}, image {}): {}", op.as_str(), obj.workspace().source.image, reason.as_str()),
+        format!("{} Job {job_name} (attempt {attempt}, image {image}): {}", op.as_str(), reason.as_str()),
     )
     .await;
     pass.status.active_job = Some(ActiveJob {

@@ -8,6 +8,7 @@
 //! decisions pure and do their Kubernetes I/O in a few small functions.
 
 pub mod builder;
+pub mod durable;
 pub mod inputs;
 pub mod leases;
 pub mod policy;

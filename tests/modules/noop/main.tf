@@ -149,6 +149,25 @@ resource "terraform_data" "run" {
   }
 }
 
+# A destroy that fails while the file named by destroy_gate exists: the
+# resource exists only with a gate, and its destroy-time provisioner checks
+# the file (the executor runs pods on this host, so a test's temporary file
+# is seen here).
+variable "destroy_gate" {
+  type    = string
+  default = ""
+}
+
+resource "terraform_data" "destroy_gate" {
+  count = var.destroy_gate == "" ? 0 : 1
+  input = var.destroy_gate
+
+  provisioner "local-exec" {
+    when    = destroy
+    command = "test ! -e ${self.input}"
+  }
+}
+
 locals {
   id       = "noop://${var.captf_object.namespace}/${var.captf_object.name}"
   replicas = var.replicas == null ? 0 : var.replicas

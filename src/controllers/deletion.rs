@@ -1,0 +1,251 @@
+//! What the deletion of a workload object does next (book:
+//! terraform-state.md "State on deletion"; ref §8.6 and Appendix B "held
+//! deletion"). Pure: facts in, one step out. The state is removed only
+//! once it is safe: after a destroy succeeded, for an object that was never
+//! applied, or when a person abandons the infrastructure.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::decide::{self, Finished, StateFact};
+use crate::names::{Kind, Op};
+
+/// The finalizer of each kind (ref §2.4).
+pub const fn finalizer(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Cluster => "terraformcluster.infrastructure.cluster.x-k8s.io",
+        Kind::Machine => "terraformmachine.infrastructure.cluster.x-k8s.io",
+        Kind::MachinePool => "terraformmachinepool.infrastructure.cluster.x-k8s.io",
+    }
+}
+
+/// Set to the object's `metadata.uid`, cleans up without a destroy: the
+/// infrastructure is left to whoever set it. The uid makes it a deliberate
+/// act for this very object, never one copied from another.
+pub const ABANDON: &str = "captf.io/abandon-infrastructure";
+
+/// The finalizer as the reconcile's top-level step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// Live without the finalizer: add it, and end the pass.
+    AddFinalizer,
+    /// Live with the finalizer: reconcile.
+    Live,
+    /// Being deleted, with the finalizer: destroy and clean up.
+    Deleting,
+    /// Being deleted, the finalizer already gone: nothing is ours to do.
+    Released,
+}
+
+pub fn lifecycle(kind: Kind, deleting: bool, finalizers: &[String]) -> Lifecycle {
+    let ours = finalizers.iter().any(|f| f == finalizer(kind));
+    match (deleting, ours) {
+        (false, false) => Lifecycle::AddFinalizer,
+        (false, true) => Lifecycle::Live,
+        (true, true) => Lifecycle::Deleting,
+        (true, false) => Lifecycle::Released,
+    }
+}
+
+/// What the deletion pass knows; gathered only with no Job of the object
+/// active (a running Job is waited for first).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    pub kind: Kind,
+    /// TerraformMachines and TerraformMachinePools of a TerraformCluster's
+    /// cluster still in the namespace (0 for the other kinds).
+    pub dependents: usize,
+    /// The abandon annotation names this object's uid.
+    pub abandoned: bool,
+    pub state: StateFact,
+    /// An apply succeeded once: the durable inputs carry the applied
+    /// marker, or a backup exists. A missing state is then lost.
+    pub ever_applied: bool,
+    /// The durable inputs Secret is there and whole.
+    pub durable_inputs: bool,
+    /// The spec renders now (a cluster's or pool's fallback for a destroy).
+    pub renders: bool,
+    /// Finished Jobs, newest first.
+    pub finished: Vec<Finished>,
+    pub failed_jobs_history_limit: i32,
+    pub now: Timestamp,
+}
+
+/// Why a deletion is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hold {
+    /// Applied once, and no state Secret is left.
+    Lost,
+    /// The state cannot be read (corrupt, inconsistent, encrypted).
+    Unreadable,
+}
+
+/// Where a destroy takes its root from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DestroyInputs {
+    /// The durable inputs Secret: what the newest apply ran.
+    Durable,
+    /// The spec rendered now (TerraformCluster and TerraformMachinePool
+    /// only, when the durable inputs are missing).
+    Current,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A TerraformCluster waits for its machines and pools.
+    WaitForDependents(usize),
+    /// Delete the state and everything else CAPTF made, then the finalizer.
+    Cleanup(Why),
+    /// Neither destroy nor clean up: a person has to restore or abandon.
+    Hold(Hold),
+    Destroy(DestroyInputs),
+    /// A destroy failed; the next one waits this long.
+    Backoff { wait: Duration, failures: u32 },
+    /// A TerraformMachine without its durable inputs: no destroy can be
+    /// built, and no fallback is safe (its spec may no longer describe what
+    /// was applied).
+    MissingInputs,
+}
+
+/// Why cleanup runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Why {
+    Destroyed,
+    NeverApplied,
+    Abandoned,
+}
+
+pub fn next(f: &Facts) -> Step {
+    if f.kind == Kind::Cluster && f.dependents > 0 {
+        return Step::WaitForDependents(f.dependents);
+    }
+    if f.finished.iter().any(|j| j.op == Op::Destroy && j.succeeded) {
+        return Step::Cleanup(Why::Destroyed);
+    }
+    if f.abandoned {
+        return Step::Cleanup(Why::Abandoned);
+    }
+    match f.state {
+        StateFact::NotFound if f.ever_applied => return Step::Hold(Hold::Lost),
+        StateFact::NotFound => return Step::Cleanup(Why::NeverApplied),
+        StateFact::Unreadable => return Step::Hold(Hold::Unreadable),
+        StateFact::Read { .. } => {}
+    }
+    let inputs = if f.durable_inputs {
+        DestroyInputs::Durable
+    } else if f.kind != Kind::Machine && f.renders {
+        DestroyInputs::Current
+    } else {
+        return Step::MissingInputs;
+    };
+    match decide::backing_off(&f.finished, Op::Destroy, f.failed_jobs_history_limit, f.now) {
+        Some((wait, failures)) => Step::Backoff { wait, failures },
+        None => Step::Destroy(inputs),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_000_000 + secs).unwrap()
+    }
+
+    fn job(op: Op, succeeded: bool, secs: i64) -> Finished {
+        Finished { op, succeeded, counts_for_backoff: !succeeded, finished_at: at(secs) }
+    }
+
+    fn base() -> Facts {
+        Facts {
+            kind: Kind::Machine,
+            dependents: 0,
+            abandoned: false,
+            state: StateFact::Read { inputs_hash: Some("h2:a".into()) },
+            ever_applied: true,
+            durable_inputs: true,
+            renders: true,
+            finished: vec![job(Op::Apply, true, 0)],
+            failed_jobs_history_limit: 3,
+            now: at(1000),
+        }
+    }
+
+    #[test]
+    fn the_finalizer_is_the_top_level_step() {
+        let ours = vec![finalizer(Kind::Machine).to_string()];
+        let other = vec!["example.com/other".to_string()];
+        let table = [
+            (false, vec![], Lifecycle::AddFinalizer),
+            (false, other.clone(), Lifecycle::AddFinalizer),
+            (false, ours.clone(), Lifecycle::Live),
+            (true, ours.clone(), Lifecycle::Deleting),
+            (true, other, Lifecycle::Released),
+            (true, vec![], Lifecycle::Released),
+        ];
+        for (deleting, finalizers, want) in table {
+            assert_eq!(lifecycle(Kind::Machine, deleting, &finalizers), want, "{deleting} {finalizers:?}");
+        }
+        // Another kind's finalizer is not ours.
+        assert_eq!(lifecycle(Kind::Cluster, true, &ours), Lifecycle::Released);
+    }
+
+    #[test]
+    fn steps() {
+        let with = |edit: &dyn Fn(&mut Facts)| {
+            let mut f = base();
+            edit(&mut f);
+            f
+        };
+        let table: Vec<(&str, Facts, Step)> = vec![
+            ("applied, readable: destroy from the durable inputs", base(), Step::Destroy(DestroyInputs::Durable)),
+            ("never applied: clean up at once", with(&|f| {
+                f.state = StateFact::NotFound;
+                f.ever_applied = false;
+                f.durable_inputs = false;
+                f.finished = vec![job(Op::Apply, false, 0)];
+            }), Step::Cleanup(Why::NeverApplied)),
+            ("applied, state gone: held", with(&|f| f.state = StateFact::NotFound), Step::Hold(Hold::Lost)),
+            ("corrupt: held", with(&|f| f.state = StateFact::Unreadable), Step::Hold(Hold::Unreadable)),
+            ("abandoned releases a hold", with(&|f| {
+                f.state = StateFact::Unreadable;
+                f.abandoned = true;
+            }), Step::Cleanup(Why::Abandoned)),
+            ("abandoned releases a failing destroy", with(&|f| {
+                f.abandoned = true;
+                f.finished = vec![job(Op::Destroy, false, 990)];
+            }), Step::Cleanup(Why::Abandoned)),
+            ("destroyed: clean up, even once the state is gone", with(&|f| {
+                f.state = StateFact::NotFound;
+                f.finished = vec![job(Op::Destroy, true, 900), job(Op::Destroy, false, 500)];
+            }), Step::Cleanup(Why::Destroyed)),
+            ("a failed destroy backs off 1m", with(&|f| f.finished = vec![job(Op::Destroy, false, 970)]),
+                Step::Backoff { wait: Duration::from_secs(30), failures: 1 }),
+            ("then retries", with(&|f| f.finished = vec![job(Op::Destroy, false, 940)]), Step::Destroy(DestroyInputs::Durable)),
+            ("two failures wait 2m", with(&|f| f.finished = vec![job(Op::Destroy, false, 900), job(Op::Destroy, false, 700)]),
+                Step::Backoff { wait: Duration::from_secs(20), failures: 2 }),
+            ("apply failures do not delay a destroy", with(&|f| f.finished = vec![job(Op::Apply, false, 999)]),
+                Step::Destroy(DestroyInputs::Durable)),
+            ("a machine never falls back to its spec", with(&|f| f.durable_inputs = false), Step::MissingInputs),
+            ("a pool falls back to its spec", with(&|f| {
+                f.kind = Kind::MachinePool;
+                f.durable_inputs = false;
+            }), Step::Destroy(DestroyInputs::Current)),
+            ("unless the spec does not render", with(&|f| {
+                f.kind = Kind::MachinePool;
+                f.durable_inputs = false;
+                f.renders = false;
+            }), Step::MissingInputs),
+            ("a cluster waits for its machines, abandoned or not", with(&|f| {
+                f.kind = Kind::Cluster;
+                f.dependents = 2;
+                f.abandoned = true;
+            }), Step::WaitForDependents(2)),
+            ("dependents do not hold a machine", with(&|f| f.dependents = 2), Step::Destroy(DestroyInputs::Durable)),
+        ];
+        for (what, facts, want) in table {
+            assert_eq!(next(&facts), want, "{what}");
+        }
+    }
+}

@@ -1,0 +1,793 @@
+//! Deletion end to end (book: terraform-state.md "State on deletion"; ref
+//! §8.6): the destroy, its retries, the cleanup, held deletions and their
+//! ways out, and the namespace sweep. Each test has its own namespace,
+//! manager and executor.
+
+use std::time::Duration;
+
+use captf::api::{IdentityReference, TerraformCluster, TerraformMachine, WorkspaceSpec};
+use captf::names::{self, Kind};
+use captf_testkit::scenario::*;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
+    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
+    ValidatingAdmissionPolicySpec, Validation,
+};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+const MANAGER: &str = env!("CARGO_BIN_EXE_captf-manager");
+const ABANDON: &str = "captf.io/abandon-infrastructure";
+
+/// Cluster `c` and its machine `m` (with `variables`) applied, the
+/// machine's state backed up; returns the machine.
+async fn applied_pair(env: &Env, variables: Option<captf::api::Variables>) -> TerraformMachine {
+    env.cluster("c", NOOP, None).await;
+    env.machine("m", "c", variables).await;
+    applied_and_backed_up::<TerraformMachine>(env, "m", 1).await;
+    within(env, 240, "the cluster applied", || async {
+        env.cluster_status("c").await.filter(applied)
+    })
+    .await;
+    env.api::<TerraformMachine>().get("m").await.unwrap()
+}
+
+/// How often an event happened: the recorder folds repeats into a series.
+fn occurrences(events: &[Event]) -> i32 {
+    events
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
+/// Waits until the object had an event `reason` (it may be written just
+/// after the object went) and asserts it happened exactly once.
+async fn once(env: &Env, reason: &str, kind: Kind, name: &str) -> Event {
+    let what = format!("{reason} about {name}");
+    let events = within(env, 30, &what, || async {
+        let events = env.events_about(reason, kind, name).await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(occurrences(&events), 1, "{reason} about {name}: {events:?}");
+    events.into_iter().next().unwrap()
+}
+
+/// The destroy Jobs started for an object, from their JobCreated events.
+async fn destroys_started(env: &Env, kind: Kind, name: &str) -> Vec<Event> {
+    let events = env.events_about("JobCreated", kind, name).await;
+    events
+        .into_iter()
+        .filter(|e| e.note.as_deref().is_some_and(|n| n.starts_with("destroy")))
+        .collect()
+}
+
+/// The notes of the events `reason` about an object that concern a destroy.
+async fn destroy_notes(env: &Env, reason: &str, kind: Kind, name: &str) -> Vec<String> {
+    let events = env.events_about(reason, kind, name).await;
+    events
+        .into_iter()
+        .filter_map(|e| e.note)
+        .filter(|n| n.starts_with("destroy Job "))
+        .collect()
+}
+
+/// Waits until the machine `m`'s deletion is held, with `state_reason` on
+/// StateReadable and a way out named in the message.
+async fn held(env: &Env, state_reason: &str) {
+    let status = within(env, 90, "the deletion held", || async {
+        env.machine_status("m").await.filter(|s| {
+            condition(s, "Deleting") == Some(("True", "DeletionHeld"))
+                && condition(s, "StateReadable") == Some(("False", state_reason))
+        })
+    })
+    .await;
+    let message = condition_message(&status, "Deleting").unwrap();
+    assert!(message.starts_with("deletion held:"), "{message}");
+    assert!(
+        message.contains("restor") && message.contains(ABANDON),
+        "no way out named: {message}"
+    );
+}
+
+/// After a held machine `m` stood for a while: no destroy Job, and every
+/// Secret it may need is still there.
+async fn nothing_destroyed(env: &Env, backup: &str) {
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert!(env.jobs_named("captf-m-m-destroy-").await.is_empty());
+    assert!(destroys_started(env, Kind::Machine, "m").await.is_empty());
+    assert!(!env.gone::<TerraformMachine>("m").await);
+    for name in [backup.to_string(), names::inputs_secret(Kind::Machine, "m")] {
+        assert!(
+            env.secrets().get_opt(&name).await.unwrap().is_some(),
+            "{name} was deleted"
+        );
+    }
+    let event = once(env, "DeletionHeld", Kind::Machine, "m").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+}
+
+/// The object's own leftovers are gone: state Secrets, lock Lease, durable
+/// inputs, run lease.
+async fn cleaned_up(env: &Env, kind: Kind, name: &str) {
+    let suffix = env.suffix(kind, name);
+    assert_eq!(env.state_secrets(&suffix).await, Vec::<String>::new());
+    for lease in [names::state_lock_lease(&suffix), names::run_lease(&suffix)] {
+        assert!(
+            env.leases().get_opt(&lease).await.unwrap().is_none(),
+            "{lease} is left"
+        );
+    }
+    let inputs = names::inputs_secret(kind, name);
+    assert!(
+        env.secrets().get_opt(&inputs).await.unwrap().is_none(),
+        "{inputs} is left"
+    );
+}
+
+/// The newest backup's chunk 0 of a machine `m` being deleted.
+async fn newest_backup(env: &Env) -> String {
+    let status = env.machine_status("m").await.unwrap();
+    let serial = status
+        .state_backups
+        .as_ref()
+        .and_then(|b| b.first())
+        .expect("a backup")
+        .serial;
+    names::backup_secret(
+        &env.suffix(Kind::Machine, "m"),
+        u64::try_from(serial).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn deleting_an_applied_machine_destroys_then_cleans_up() {
+    let env = setup(MANAGER, "del-applied", &[], &[]).await;
+    let machine = applied_pair(&env, None).await;
+    let uid = machine.meta().uid.clone().unwrap();
+    let suffix = env.suffix(Kind::Machine, "m");
+    let backups = env.backup_secrets(&suffix).await;
+    assert!(!backups.is_empty());
+    let statuses = Statuses::watch::<TerraformMachine>(&env, "m");
+
+    env.delete::<TerraformMachine>("m").await;
+    env.wait_gone::<TerraformMachine>(240, "m").await;
+    within(&env, 10, "the watch saw the deletion", || async {
+        statuses.deleted().then_some(())
+    })
+    .await;
+
+    // One destroy, init then destroy, whose success is the last status.
+    assert_eq!(destroys_started(&env, Kind::Machine, "m").await.len(), 1);
+    let runs = statuses.runs("-destroy-");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert!(
+        runs[0].job.starts_with("captf-m-m-destroy-a1-"),
+        "{}",
+        runs[0].job
+    );
+    assert_eq!(steps(&runs[0]), ["init", "destroy"]);
+    let last = statuses.last().unwrap();
+    assert_eq!(
+        condition(&last, "ApplyJobSucceeded"),
+        Some(("True", "DestroySucceeded")),
+        "{last:?}"
+    );
+    assert!(
+        statuses
+            .all()
+            .iter()
+            .any(|s| condition(s, "Deleting") == Some(("True", "Deleting")))
+    );
+    let succeeded = destroy_notes(&env, "JobSucceeded", Kind::Machine, "m").await;
+    assert!(
+        matches!(&succeeded[..], [n] if n == &format!("destroy Job {} succeeded", runs[0].job)),
+        "{succeeded:?}"
+    );
+
+    cleaned_up(&env, Kind::Machine, "m").await;
+    for reason in ["DeletionStarted", "Destroyed", "FinalizerRemoved"] {
+        once(&env, reason, Kind::Machine, "m").await;
+    }
+    // The backups go with the object, through the garbage collector.
+    within(&env, 60, "the backups collected", || async {
+        env.backup_secrets(&suffix).await.is_empty().then_some(())
+    })
+    .await;
+    for backup in &backups {
+        assert!(
+            env.secrets().get_opt(backup).await.unwrap().is_none(),
+            "{backup}"
+        );
+    }
+    // The cluster still uses the mirror, the runner account and its state.
+    let mirror = env
+        .secrets()
+        .get(&names::credentials_mirror(&env.identity))
+        .await
+        .unwrap();
+    assert!(
+        !mirror.owner_references().iter().any(|o| o.uid == uid),
+        "{:?}",
+        mirror.owner_references()
+    );
+    assert!(env.events("MirrorRemoved").await.is_empty());
+    assert!(
+        !env.state_secrets(&env.suffix(Kind::Cluster, "c"))
+            .await
+            .is_empty()
+    );
+    assert!(
+        env.api::<TerraformCluster>()
+            .get("c")
+            .await
+            .unwrap()
+            .meta()
+            .deletion_timestamp
+            .is_none()
+    );
+    let bindings = Api::<RoleBinding>::namespaced(env.client.clone(), &env.ns);
+    assert!(
+        bindings
+            .get_opt(names::RUNNER_RBAC)
+            .await
+            .unwrap()
+            .is_some(),
+        "the sweep took a busy namespace's RoleBinding"
+    );
+    let cluster_run_lease = names::run_lease(&env.suffix(Kind::Cluster, "c"));
+    assert!(
+        env.leases()
+            .get_opt(&cluster_run_lease)
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_never_applied_machine_removes_it_at_once() {
+    let env = setup(MANAGER, "del-never", &[], &[]).await;
+    // An identity that does not allow this namespace: nothing ever applies.
+    let elsewhere = format!("elsewhere-{}", env.ns);
+    env.identity_allowing(&elsewhere, "elsewhere").await;
+    let workspace = WorkspaceSpec {
+        identity_ref: Some(IdentityReference { name: elsewhere }),
+        ..noop(None)
+    };
+    env.create_cluster("c", workspace.clone()).await;
+    env.create_machine("m", "c", workspace).await;
+    within(
+        &env,
+        60,
+        "the machine refused its identity, with its finalizer",
+        || async {
+            let status = env.machine_status("m").await?;
+            let refused = condition(&status, "IdentityAllowed").is_some_and(|(s, _)| s == "False");
+            let finalized = env
+                .finalizers::<TerraformMachine>("m")
+                .await
+                .contains(&finalizer(Kind::Machine));
+            (refused && finalized).then_some(())
+        },
+    )
+    .await;
+
+    env.delete::<TerraformMachine>("m").await;
+    env.wait_gone::<TerraformMachine>(30, "m").await;
+    assert!(env.jobs().await.is_empty());
+    assert!(env.events("JobCreated").await.is_empty());
+    once(&env, "FinalizerRemoved", Kind::Machine, "m").await;
+    assert!(
+        env.events_about("Destroyed", Kind::Machine, "m")
+            .await
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_destroy_that_fails_twice_then_succeeds_keeps_the_state_until_it_does() {
+    let env = setup(MANAGER, "del-retry", &[], &[]).await;
+    // The module's destroy fails while this file exists.
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    std::fs::write(&gate, "").unwrap();
+    applied_pair(
+        &env,
+        vars(&[("destroy_gate", json!(gate.to_str().unwrap()))]),
+    )
+    .await;
+    let suffix = env.suffix(Kind::Machine, "m");
+    env.delete::<TerraformMachine>("m").await;
+
+    let mut failed = Vec::new();
+    for attempt in 1..=2 {
+        let what = format!("destroy attempt {attempt} failed");
+        let job = within(&env, 240, &what, || async {
+            // Meanwhile nothing is cleaned up.
+            assert!(
+                !env.state_secrets(&suffix).await.is_empty(),
+                "the state went before a destroy succeeded{}",
+                env.context()
+            );
+            assert!(
+                !env.gone::<TerraformMachine>("m").await,
+                "the machine went before a destroy succeeded{}",
+                env.context()
+            );
+            let status = env.machine_status("m").await?;
+            let run = status.last_run.as_ref()?;
+            let failed = condition(&status, "ApplyJobSucceeded")
+                == Some(("False", "DestroyFailed"))
+                && run
+                    .job
+                    .starts_with(&format!("captf-m-m-destroy-a{attempt}-"));
+            if !failed {
+                return None;
+            }
+            env.jobs_named(&run.job).await.into_iter().find(job_failed)
+        })
+        .await;
+        failed.push(job);
+    }
+    // The retry came after the one-minute backoff.
+    let first_failed = failed_at(&failed[0]).unwrap();
+    let second_started = failed[1].metadata.creation_timestamp.clone().unwrap().0;
+    let waited = second_started.duration_since(first_failed).as_secs();
+    assert!(
+        waited >= 55,
+        "the second destroy started {waited}s after the first failed"
+    );
+    let notes = within(&env, 30, "a JobFailed event per failed destroy", || async {
+        let notes = destroy_notes(&env, "JobFailed", Kind::Machine, "m").await;
+        (notes.len() >= 2).then_some(notes)
+    })
+    .await;
+    assert_eq!(notes.len(), 2, "{notes:?}");
+
+    // Once the module lets it, the third (after two minutes) succeeds.
+    std::fs::remove_file(&gate).unwrap();
+    let third = within(&env, 240, "the third destroy Job", || async {
+        assert!(
+            !env.state_secrets(&suffix).await.is_empty(),
+            "the state went before a destroy succeeded{}",
+            env.context()
+        );
+        env.jobs_named("captf-m-m-destroy-a3-")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    let second_failed = failed_at(&failed[1]).unwrap();
+    let waited = third
+        .metadata
+        .creation_timestamp
+        .clone()
+        .unwrap()
+        .0
+        .duration_since(second_failed)
+        .as_secs();
+    assert!(
+        waited >= 115,
+        "the third destroy started {waited}s after the second failed"
+    );
+    env.wait_gone::<TerraformMachine>(240, "m").await;
+    assert_eq!(destroys_started(&env, Kind::Machine, "m").await.len(), 3);
+    assert_eq!(
+        destroy_notes(&env, "JobSucceeded", Kind::Machine, "m")
+            .await
+            .len(),
+        1
+    );
+    once(&env, "Destroyed", Kind::Machine, "m").await;
+    cleaned_up(&env, Kind::Machine, "m").await;
+}
+
+#[tokio::test]
+async fn a_cluster_deleted_before_its_machines_waits_for_them() {
+    let env = setup(MANAGER, "del-order", &[], &[]).await;
+    applied_pair(&env, None).await;
+    let write_lease = names::cluster_write_lease(&env.ns, "c");
+    assert!(
+        env.leases().get_opt(&write_lease).await.unwrap().is_some(),
+        "the cluster's apply took its write lease"
+    );
+
+    env.delete::<TerraformCluster>("c").await;
+    let status = within(&env, 20, "the cluster's deletion blocked", || async {
+        env.cluster_status("c")
+            .await
+            .filter(|s| condition(s, "DeletionBlocked") == Some(("True", "DependentsExist")))
+    })
+    .await;
+    assert_eq!(condition(&status, "Deleting").map(|(s, _)| s), Some("True"));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        env.jobs_named("captf-c-c-destroy-").await.is_empty(),
+        "the cluster's destroy started before its machine's"
+    );
+
+    env.delete::<TerraformMachine>("m").await;
+    env.wait_gone::<TerraformMachine>(240, "m").await;
+    env.wait_gone::<TerraformCluster>(240, "c").await;
+    let machine_done = once(&env, "FinalizerRemoved", Kind::Machine, "m").await;
+    let cluster_destroys = destroys_started(&env, Kind::Cluster, "c").await;
+    assert_eq!(cluster_destroys.len(), 1);
+    assert!(
+        cluster_destroys[0].event_time.as_ref().unwrap().0
+            >= machine_done.event_time.as_ref().unwrap().0,
+        "the cluster's destroy started first"
+    );
+    assert_eq!(destroys_started(&env, Kind::Machine, "m").await.len(), 1);
+    once(&env, "Destroyed", Kind::Cluster, "c").await;
+    cleaned_up(&env, Kind::Cluster, "c").await;
+    assert!(
+        env.leases().get_opt(&write_lease).await.unwrap().is_none(),
+        "{write_lease} is left"
+    );
+}
+
+#[tokio::test]
+async fn a_corrupt_state_at_deletion_holds_until_restored_then_destroys() {
+    let env = setup(MANAGER, "del-corrupt", &[], &[]).await;
+    applied_pair(&env, None).await;
+    let state = names::state_secret(&env.suffix(Kind::Machine, "m"));
+    let garbage = json!({"data": {"tfstate": ByteString(b"\x1f\x8b\x08\x00garbage".to_vec())}});
+    env.secrets()
+        .patch(&state, &PatchParams::default(), &Patch::Merge(&garbage))
+        .await
+        .unwrap();
+    env.delete::<TerraformMachine>("m").await;
+
+    held(&env, "StateCorrupt").await;
+    let backup = newest_backup(&env).await;
+    nothing_destroyed(&env, &backup).await;
+    assert!(env.secrets().get_opt(&state).await.unwrap().is_some());
+
+    // A restore by hand: the newest backup's bytes back into the state.
+    let saved = env
+        .secrets()
+        .get(&backup)
+        .await
+        .unwrap()
+        .data
+        .unwrap()
+        .remove("tfstate")
+        .unwrap();
+    let restore = json!({"data": {"tfstate": saved}});
+    env.secrets()
+        .patch(&state, &PatchParams::default(), &Patch::Merge(&restore))
+        .await
+        .unwrap();
+    env.wait_gone::<TerraformMachine>(240, "m").await;
+    assert_eq!(destroys_started(&env, Kind::Machine, "m").await.len(), 1);
+    assert_eq!(
+        destroy_notes(&env, "JobSucceeded", Kind::Machine, "m")
+            .await
+            .len(),
+        1
+    );
+    once(&env, "Destroyed", Kind::Machine, "m").await;
+    cleaned_up(&env, Kind::Machine, "m").await;
+}
+
+#[tokio::test]
+async fn a_lost_state_at_deletion_holds_until_abandoned() {
+    let env = setup(MANAGER, "del-lost", &[], &[]).await;
+    let machine = applied_pair(&env, None).await;
+    for chunk in env.state_secrets(&env.suffix(Kind::Machine, "m")).await {
+        env.secrets()
+            .delete(&chunk, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    env.delete::<TerraformMachine>("m").await;
+
+    held(&env, "StateLost").await;
+    let backup = newest_backup(&env).await;
+    nothing_destroyed(&env, &backup).await;
+
+    // Only the object's own uid releases it.
+    let abandon = |uid: &str| json!({"metadata": {"annotations": {ABANDON: uid}}});
+    let machines = env.api::<TerraformMachine>();
+    machines
+        .patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(abandon("00000000-0000-0000-0000-000000000000")),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let status = env
+        .machine_status("m")
+        .await
+        .expect("the machine is still there");
+    assert_eq!(
+        condition(&status, "Deleting"),
+        Some(("True", "DeletionHeld"))
+    );
+    assert!(env.events("InfrastructureAbandoned").await.is_empty());
+
+    machines
+        .patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(abandon(machine.meta().uid.as_deref().unwrap())),
+        )
+        .await
+        .unwrap();
+    env.wait_gone::<TerraformMachine>(60, "m").await;
+    assert!(destroys_started(&env, Kind::Machine, "m").await.is_empty());
+    assert!(env.jobs_named("captf-m-m-destroy-").await.is_empty());
+    let event = once(&env, "InfrastructureAbandoned", Kind::Machine, "m").await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    once(&env, "FinalizerRemoved", Kind::Machine, "m").await;
+    assert!(
+        env.events_about("Destroyed", Kind::Machine, "m")
+            .await
+            .is_empty()
+    );
+    cleaned_up(&env, Kind::Machine, "m").await;
+}
+
+#[tokio::test]
+async fn a_stale_lock_at_deletion_is_force_unlocked_by_the_destroy() {
+    let env = setup(MANAGER, "del-lock", &[], &[]).await;
+    applied_pair(&env, None).await;
+    // Held by one of the machine's own runner pods, which does not exist.
+    put_lock(&env, "m", "runner@captf-m-m-apply-a9-abcdef-zzzzz").await;
+    let statuses = Statuses::watch::<TerraformMachine>(&env, "m");
+    env.delete::<TerraformMachine>("m").await;
+
+    let job = within(&env, 240, "the destroy Job", || async {
+        env.jobs_named("captf-m-m-destroy-")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    let containers = job.spec.unwrap().template.spec.unwrap().containers;
+    let source = containers
+        .iter()
+        .find(|c| c.name == "source")
+        .expect("a source container");
+    assert!(
+        source
+            .args
+            .iter()
+            .flatten()
+            .any(|a| a.starts_with("--force-unlock")),
+        "{:?}",
+        source.args
+    );
+
+    env.wait_gone::<TerraformMachine>(240, "m").await;
+    within(&env, 10, "the watch saw the deletion", || async {
+        statuses.deleted().then_some(())
+    })
+    .await;
+    let runs = statuses.runs("-destroy-");
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(steps(&runs[0]), ["init", "force-unlock", "destroy"]);
+    assert!(runs[0].error.is_none(), "{runs:?}");
+    once(&env, "ForceUnlocked", Kind::Machine, "m").await;
+    once(&env, "Destroyed", Kind::Machine, "m").await;
+    cleaned_up(&env, Kind::Machine, "m").await;
+}
+
+#[tokio::test]
+async fn the_sweep_clears_an_empty_namespace_and_leaves_a_busy_one() {
+    let env = setup(MANAGER, "del-sweep", &[], &[]).await;
+    applied_pair(&env, None).await;
+    let accounts = Api::<ServiceAccount>::namespaced(env.client.clone(), &env.ns);
+    let bindings = Api::<RoleBinding>::namespaced(env.client.clone(), &env.ns);
+    let managed = ListParams::default().labels("captf.io/managed=true");
+    assert!(
+        accounts
+            .get_opt(names::RUNNER_RBAC)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        bindings
+            .get_opt(names::RUNNER_RBAC)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        !env.leases().list(&managed).await.unwrap().items.is_empty(),
+        "no managed Lease to sweep"
+    );
+
+    env.delete::<TerraformMachine>("m").await;
+    env.delete::<TerraformCluster>("c").await;
+    env.wait_gone::<TerraformMachine>(240, "m").await;
+    env.wait_gone::<TerraformCluster>(300, "c").await;
+    within(&env, 30, "the namespace swept", || async {
+        let account = accounts.get_opt(names::RUNNER_RBAC).await.unwrap();
+        let binding = bindings.get_opt(names::RUNNER_RBAC).await.unwrap();
+        let leases = env.leases().list(&managed).await.unwrap().items;
+        (account.is_none() && binding.is_none() && leases.is_empty()).then_some(())
+    })
+    .await;
+    // The cluster was the mirror's last user.
+    once(&env, "MirrorRemoved", Kind::Cluster, "c").await;
+    assert_eq!(occurrences(&env.events("MirrorRemoved").await), 1);
+    assert!(
+        env.secrets()
+            .get_opt(&names::credentials_mirror(&env.identity))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+/// A ValidatingAdmissionPolicy (and its binding) refusing to delete one
+/// Secret of a namespace.
+struct KeepSecret {
+    name: String,
+    secret: String,
+}
+
+impl KeepSecret {
+    async fn install(env: &Env, secret: &str) -> KeepSecret {
+        let name = format!("keep-{}", env.ns);
+        let policy = ValidatingAdmissionPolicy {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            spec: Some(ValidatingAdmissionPolicySpec {
+                failure_policy: Some("Fail".into()),
+                match_constraints: Some(MatchResources {
+                    resource_rules: Some(vec![NamedRuleWithOperations {
+                        api_groups: Some(vec![String::new()]),
+                        api_versions: Some(vec!["v1".into()]),
+                        operations: Some(vec!["DELETE".into()]),
+                        resources: Some(vec!["secrets".into()]),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }),
+                validations: Some(vec![Validation {
+                    expression: format!("oldObject.metadata.name != '{secret}'"),
+                    message: Some("kept by the test".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        Api::<ValidatingAdmissionPolicy>::all(env.client.clone())
+            .create(&PostParams::default(), &policy)
+            .await
+            .unwrap();
+        let namespace = LabelSelector {
+            match_labels: Some(
+                [("kubernetes.io/metadata.name".to_string(), env.ns.clone())].into(),
+            ),
+            ..Default::default()
+        };
+        let binding = ValidatingAdmissionPolicyBinding {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            spec: ValidatingAdmissionPolicyBindingSpec {
+                policy_name: name.clone(),
+                validation_actions: vec!["Deny".into()],
+                match_resources: Some(MatchResources {
+                    namespace_selector: Some(namespace),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        };
+        Api::<ValidatingAdmissionPolicyBinding>::all(env.client.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+        let keep = KeepSecret {
+            name,
+            secret: secret.to_string(),
+        };
+        within(env, 60, "the policy in force", || async {
+            (!keep.deletable(env).await).then_some(())
+        })
+        .await;
+        keep
+    }
+
+    /// Whether a (dry-run) delete of the Secret is admitted.
+    async fn deletable(&self, env: &Env) -> bool {
+        env.secrets()
+            .delete(
+                &self.secret,
+                &DeleteParams {
+                    dry_run: true,
+                    ..Default::default()
+                },
+            )
+            .await
+            .is_ok()
+    }
+
+    async fn remove(self, env: &Env) {
+        let params = DeleteParams::default();
+        Api::<ValidatingAdmissionPolicyBinding>::all(env.client.clone())
+            .delete(&self.name, &params)
+            .await
+            .unwrap();
+        Api::<ValidatingAdmissionPolicy>::all(env.client.clone())
+            .delete(&self.name, &params)
+            .await
+            .unwrap();
+        within(env, 60, "the policy gone", || async {
+            self.deletable(env).await.then_some(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_manager_killed_mid_cleanup_finishes_it_after_a_restart() {
+    let mut env = setup(MANAGER, "del-restart", &[], &[]).await;
+    applied_pair(&env, None).await;
+    let suffix = env.suffix(Kind::Machine, "m");
+    let inputs = names::inputs_secret(Kind::Machine, "m");
+    // Cleanup step 2 (the durable inputs) fails; step 1 (the state) ran.
+    let keep = KeepSecret::install(&env, &inputs).await;
+    env.delete::<TerraformMachine>("m").await;
+    let status = within(
+        &env,
+        240,
+        "the destroy done and the cleanup stuck",
+        || async {
+            let status = env.machine_status("m").await?;
+            let destroyed =
+                condition(&status, "ApplyJobSucceeded") == Some(("True", "DestroySucceeded"));
+            let state_gone = env.state_secrets(&suffix).await.is_empty();
+            let inputs_kept = env.secrets().get_opt(&inputs).await.unwrap().is_some();
+            (destroyed && state_gone && inputs_kept).then_some(status)
+        },
+    )
+    .await;
+    assert_eq!(
+        steps(status.last_run.as_ref().unwrap()),
+        ["init", "destroy"]
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        env.finalizers::<TerraformMachine>("m")
+            .await
+            .contains(&finalizer(Kind::Machine))
+    );
+    assert!(
+        env.events_about("Destroyed", Kind::Machine, "m")
+            .await
+            .is_empty()
+    );
+
+    env.manager.stop();
+    keep.remove(&env).await;
+    env.restart_manager(&[]).await;
+    env.wait_gone::<TerraformMachine>(120, "m").await;
+    assert_eq!(
+        destroys_started(&env, Kind::Machine, "m").await.len(),
+        1,
+        "a second destroy ran"
+    );
+    once(&env, "Destroyed", Kind::Machine, "m").await;
+    once(&env, "FinalizerRemoved", Kind::Machine, "m").await;
+    cleaned_up(&env, Kind::Machine, "m").await;
+}

@@ -1,0 +1,727 @@
+//! The reconcilers end to end, shared by their test files: a namespace
+//! with an identity, the local pod executor in place of kubelet (real
+//! OpenTofu in the Jobs' pods), and a manager process for that namespace
+//! (`--namespace`), against the real API server.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use captf::api::{
+    AllowedNamespaces, IdentityReference, LastRun, SecretReference, Source, TerraformCluster,
+    TerraformClusterIdentity, TerraformClusterIdentitySpec, TerraformClusterSpec, TerraformMachine,
+    TerraformMachineSpec, Variables, WorkspaceSpec, WorkspaceStatus,
+};
+use captf::controllers::workload::Workload;
+use captf::names::{self, Kind};
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+use crate::controlplane;
+use crate::executor::{Executor, Image, Images};
+use crate::manager::{Manager, install_crds, install_runner_role};
+
+/// The noop module (tests/modules/noop).
+pub const NOOP: &str = "captf.test/modules/noop:dev";
+/// The noop module in an image whose ENV tries to steer tofu.
+pub const POISONED: &str = "captf.test/modules/noop:poisoned-env";
+
+/// One test's world.
+pub struct Env {
+    pub client: kube::Client,
+    pub ns: String,
+    /// The identity that allows `ns`; its Secret is `creds` in `ns`.
+    pub identity: String,
+    pub manager: Manager,
+    pub executor: Executor,
+    binary: PathBuf,
+}
+
+/// A namespace with an identity that allows it (its Secret `creds` holds
+/// `creds`), an executor and a manager (`binary`, the test crate's
+/// `env!("CARGO_BIN_EXE_captf-manager")`) for that namespace, with `extra`
+/// flags.
+pub async fn setup(binary: &str, prefix: &str, creds: &[(&str, &str)], extra: &[&str]) -> Env {
+    let plane = controlplane::shared();
+    let client = plane.client().await;
+    install_crds(&client).await;
+    install_runner_role(&client).await;
+    let ns = crate::namespace(&client, prefix).await;
+    let identity = format!("id-{ns}");
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some("creds".into()),
+            ..Default::default()
+        },
+        string_data: Some(
+            creds
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    create_identity(&client, &identity, &ns, &ns).await;
+    let executor = Executor::start_in(client.clone(), plane, images(), &ns).await;
+    let manager = start_manager(Path::new(binary), &ns, extra).await;
+    Env {
+        client,
+        ns,
+        identity,
+        manager,
+        executor,
+        binary: PathBuf::from(binary),
+    }
+}
+
+/// The identity `name` over the Secret `creds` of `ns`, allowing only
+/// `allowed`.
+async fn create_identity(client: &kube::Client, name: &str, ns: &str, allowed: &str) {
+    let id = TerraformClusterIdentity::new(
+        name,
+        TerraformClusterIdentitySpec {
+            secret_ref: SecretReference {
+                name: "creds".into(),
+                namespace: ns.to_string(),
+            },
+            allowed_namespaces: Some(AllowedNamespaces {
+                list: Some(vec![allowed.to_string()]),
+                selector: None,
+            }),
+        },
+    );
+    Api::<TerraformClusterIdentity>::all(client.clone())
+        .create(&PostParams::default(), &id)
+        .await
+        .unwrap();
+}
+
+async fn start_manager(binary: &Path, ns: &str, extra: &[&str]) -> Manager {
+    let namespace = format!("--namespace={ns}");
+    let args: Vec<&str> = std::iter::once(namespace.as_str())
+        .chain(extra.iter().copied())
+        .collect();
+    let mut manager = Manager::start(controlplane::shared(), binary, &args);
+    manager.wait_ready().await;
+    manager
+}
+
+/// Waits up to `secs` for `probe`; on a timeout, panics with what the
+/// objects say and the manager's and executor's logs.
+pub async fn within<T, F, Fut>(env: &Env, secs: u64, what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            let clusters = env
+                .api::<TerraformCluster>()
+                .list(&ListParams::default())
+                .await;
+            let machines = env
+                .api::<TerraformMachine>()
+                .list(&ListParams::default())
+                .await;
+            let statuses: Vec<String> = clusters
+                .into_iter()
+                .flat_map(|l| l.items.into_iter().map(|c| describe(&c)))
+                .chain(
+                    machines
+                        .into_iter()
+                        .flat_map(|l| l.items.into_iter().map(|m| describe(&m))),
+                )
+                .collect();
+            panic!(
+                "timed out after {secs}s waiting for {what}\n--- objects:\n{}{}",
+                statuses.join("\n"),
+                env.context()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// An object's deletion, finalizers and conditions, one line each.
+pub fn describe<K: Workload>(object: &K) -> String {
+    let name = object.name_any();
+    let deleting = object
+        .meta()
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| format!(" (deleting since {})", t.0))
+        .unwrap_or_default();
+    let header = format!(
+        "{} {name}{deleting}, finalizers {:?}",
+        K::KIND.kind(),
+        object.finalizers()
+    );
+    let Some(status) = object.workspace_status() else {
+        return format!("{header}: no status");
+    };
+    let conditions: Vec<String> = status
+        .conditions
+        .iter()
+        .flatten()
+        .map(|c| format!("  {}={} {}: {}", c.type_, c.status, c.reason, c.message))
+        .collect();
+    format!(
+        "{header}:\n{}\n  lastRun: {:?}",
+        conditions.join("\n"),
+        status.last_run
+    )
+}
+
+/// The last 60 lines of a log.
+pub fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
+}
+
+/// The test images, plus the noop module in an image whose ENV tries to
+/// steer tofu ([`POISONED`]).
+pub fn images() -> Images {
+    let images = Images::for_tests();
+    let Some(Image::Module(noop)) = images.get(NOOP) else {
+        panic!("no {NOOP} image")
+    };
+    let mut poisoned = noop.clone();
+    poisoned.env = [
+        ("TF_WORKSPACE", "poisoned"),
+        ("TF_CLI_ARGS", "-poisoned-flag"),
+        ("TF_VAR_message", "poisoned"),
+        ("KUBE_CONFIG_PATH", "/poisoned"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .to_vec();
+    images.with_module(POISONED, poisoned)
+}
+
+pub fn vars(pairs: &[(&str, serde_json::Value)]) -> Option<Variables> {
+    Some(Variables(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect(),
+    ))
+}
+
+/// The cluster-name label of the objects of `cluster`.
+pub fn labels(cluster: &str) -> Option<BTreeMap<String, String>> {
+    Some(BTreeMap::from([(
+        "cluster.x-k8s.io/cluster-name".to_string(),
+        cluster.to_string(),
+    )]))
+}
+
+/// A workspace of the noop module with `variables`.
+pub fn noop(variables: Option<Variables>) -> WorkspaceSpec {
+    WorkspaceSpec {
+        source: Source {
+            image: NOOP.into(),
+            image_pull_policy: None,
+        },
+        variables,
+        ..Default::default()
+    }
+}
+
+/// The finalizer of a kind, `<kind, lowercase>.infrastructure.cluster.x-k8s.io`.
+pub fn finalizer(kind: Kind) -> String {
+    format!(
+        "{}.infrastructure.cluster.x-k8s.io",
+        kind.kind().to_lowercase()
+    )
+}
+
+/// The condition `type_` as (status, reason).
+pub fn condition<'a>(status: &'a WorkspaceStatus, type_: &str) -> Option<(&'a str, &'a str)> {
+    status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.as_str(), c.reason.as_str()))
+}
+
+/// The message of the condition `type_`.
+pub fn condition_message<'a>(status: &'a WorkspaceStatus, type_: &str) -> Option<&'a str> {
+    status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.message.as_str())
+}
+
+pub fn applied(status: &WorkspaceStatus) -> bool {
+    condition(status, "ApplyJobSucceeded") == Some(("True", "ApplySucceeded"))
+        && condition(status, "StateReadable") == Some(("True", "StateRead"))
+}
+
+/// The names of the steps of a run.
+pub fn steps(run: &LastRun) -> Vec<&str> {
+    run.steps
+        .iter()
+        .flatten()
+        .map(|s| s.name.as_str())
+        .collect()
+}
+
+pub fn job_failed(job: &Job) -> bool {
+    failed_at(job).is_some()
+}
+
+/// When a Job failed: its Failed condition's transition.
+pub fn failed_at(job: &Job) -> Option<Timestamp> {
+    let conditions = job.status.as_ref()?.conditions.as_ref()?;
+    let failed = conditions
+        .iter()
+        .find(|c| c.type_ == "Failed" && c.status == "True")?;
+    failed.last_transition_time.as_ref().map(|t| t.0)
+}
+
+impl Env {
+    pub fn api<K: Workload>(&self) -> Api<K> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn secrets(&self) -> Api<Secret> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    pub fn leases(&self) -> Api<Lease> {
+        Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// Creates `name` (cluster-scoped) allowing only `namespace`, over the
+    /// Secret `creds` of this test's namespace.
+    pub async fn identity_allowing(&self, name: &str, namespace: &str) {
+        create_identity(&self.client, name, &self.ns, namespace).await;
+    }
+
+    /// A TerraformCluster of `image` with this test's identity.
+    pub async fn cluster(
+        &self,
+        name: &str,
+        image: &str,
+        variables: Option<Variables>,
+    ) -> TerraformCluster {
+        let workspace = WorkspaceSpec {
+            source: Source {
+                image: image.into(),
+                image_pull_policy: None,
+            },
+            identity_ref: Some(IdentityReference {
+                name: self.identity.clone(),
+            }),
+            variables,
+            ..Default::default()
+        };
+        self.create_cluster(name, workspace).await
+    }
+
+    pub async fn create_cluster(&self, name: &str, workspace: WorkspaceSpec) -> TerraformCluster {
+        let mut c = TerraformCluster::new(
+            name,
+            TerraformClusterSpec {
+                workspace,
+                ..Default::default()
+            },
+        );
+        c.metadata.labels = labels(name);
+        self.api::<TerraformCluster>()
+            .create(&PostParams::default(), &c)
+            .await
+            .unwrap()
+    }
+
+    /// A TerraformMachine of the noop module in `cluster`.
+    pub async fn machine(
+        &self,
+        name: &str,
+        cluster: &str,
+        variables: Option<Variables>,
+    ) -> TerraformMachine {
+        self.create_machine(name, cluster, noop(variables)).await
+    }
+
+    pub async fn create_machine(
+        &self,
+        name: &str,
+        cluster: &str,
+        workspace: WorkspaceSpec,
+    ) -> TerraformMachine {
+        let mut m = TerraformMachine::new(
+            name,
+            TerraformMachineSpec {
+                workspace,
+                ..Default::default()
+            },
+        );
+        m.metadata.labels = labels(cluster);
+        self.api::<TerraformMachine>()
+            .create(&PostParams::default(), &m)
+            .await
+            .unwrap()
+    }
+
+    pub async fn status<K: Workload>(&self, name: &str) -> Option<WorkspaceStatus> {
+        self.api::<K>()
+            .get_opt(name)
+            .await
+            .ok()??
+            .workspace_status()
+            .cloned()
+    }
+
+    pub async fn machine_status(&self, name: &str) -> Option<WorkspaceStatus> {
+        self.status::<TerraformMachine>(name).await
+    }
+
+    pub async fn cluster_status(&self, name: &str) -> Option<WorkspaceStatus> {
+        self.status::<TerraformCluster>(name).await
+    }
+
+    /// The finalizers of an object (none once it is gone).
+    pub async fn finalizers<K: Workload>(&self, name: &str) -> Vec<String> {
+        self.api::<K>()
+            .get_opt(name)
+            .await
+            .unwrap()
+            .map(|o| o.finalizers().to_vec())
+            .unwrap_or_default()
+    }
+
+    /// Deletes an object (it stays while it has a finalizer).
+    pub async fn delete<K: Workload>(&self, name: &str) {
+        self.api::<K>()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    /// Whether the object is gone (404).
+    pub async fn gone<K: Workload>(&self, name: &str) -> bool {
+        self.api::<K>().get_opt(name).await.unwrap().is_none()
+    }
+
+    /// Waits up to `secs` until the object is gone.
+    pub async fn wait_gone<K: Workload>(&self, secs: u64, name: &str) {
+        let what = format!("{} {name} gone", K::KIND.kind());
+        within(self, secs, &what, || async {
+            self.gone::<K>(name).await.then_some(())
+        })
+        .await;
+    }
+
+    /// The state Secret suffix of an object of this namespace.
+    pub fn suffix(&self, kind: Kind, name: &str) -> String {
+        names::suffix(&self.ns, kind, name)
+    }
+
+    /// The names of the state Secrets of `suffix` (every chunk).
+    pub async fn state_secrets(&self, suffix: &str) -> Vec<String> {
+        let list = self
+            .secrets()
+            .list(&ListParams::default().labels(&captf::state::label_selector(suffix)))
+            .await
+            .unwrap();
+        list.items.iter().map(|s| s.name_any()).collect()
+    }
+
+    /// The names of the state backup Secrets of `suffix` (every chunk).
+    pub async fn backup_secrets(&self, suffix: &str) -> Vec<String> {
+        let selector = format!("captf.io/state-backup=true,captf.io/state-backup-suffix={suffix}");
+        let list = self
+            .secrets()
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap();
+        list.items.iter().map(|s| s.name_any()).collect()
+    }
+
+    /// The Jobs of the namespace, oldest first.
+    pub async fn jobs(&self) -> Vec<Job> {
+        let mut jobs = Api::<Job>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        jobs.sort_by_key(|j| j.metadata.creation_timestamp.clone().map(|t| t.0));
+        jobs
+    }
+
+    /// The Jobs whose names begin with `prefix` (`captf-m-m-destroy-`).
+    pub async fn jobs_named(&self, prefix: &str) -> Vec<Job> {
+        self.jobs()
+            .await
+            .into_iter()
+            .filter(|j| j.name_any().starts_with(prefix))
+            .collect()
+    }
+
+    /// The events of the namespace with `reason`.
+    pub async fn events(&self, reason: &str) -> Vec<Event> {
+        let mut events: Vec<Event> = Api::<Event>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect();
+        events.sort_by_key(|e| e.event_time.clone().map(|t| t.0));
+        events
+    }
+
+    /// The events with `reason` about the object `name` of `kind`.
+    pub async fn events_about(&self, reason: &str, kind: Kind, name: &str) -> Vec<Event> {
+        let about = |e: &Event| {
+            e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some(kind.kind()) && r.name.as_deref() == Some(name)
+            })
+        };
+        self.events(reason)
+            .await
+            .into_iter()
+            .filter(about)
+            .collect()
+    }
+
+    /// The managers' and the executor's logs, for a failure message.
+    pub fn context(&self) -> String {
+        format!(
+            "\n--- manager log:\n{}\n--- executor log:\n{}",
+            tail(&self.manager.log()),
+            tail(&self.executor.log())
+        )
+    }
+
+    /// Another manager for this namespace, ready, with `extra` flags.
+    pub async fn start_manager(&self, extra: &[&str]) -> Manager {
+        start_manager(&self.binary, &self.ns, extra).await
+    }
+
+    /// Stops the manager and starts a new one with `extra` flags.
+    pub async fn restart_manager(&mut self, extra: &[&str]) {
+        self.manager.stop();
+        self.manager = self.start_manager(extra).await;
+    }
+}
+
+/// Every status an object was written with, in order, as a watch sees
+/// them (nothing is missed between two polls), and whether the watch saw
+/// it deleted.
+pub struct Statuses {
+    seen: Arc<Mutex<(Vec<WorkspaceStatus>, bool)>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Statuses {
+    pub fn watch<K: Workload>(env: &Env, name: &str) -> Statuses {
+        let seen = Arc::new(Mutex::new((Vec::new(), false)));
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let stream = watcher(env.api::<K>(), config).default_backoff();
+        let sink = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                let mut seen = sink.lock().unwrap();
+                match event {
+                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                        seen.0.extend(o.workspace_status().cloned())
+                    }
+                    Ok(watcher::Event::Delete(_)) => seen.1 = true,
+                    _ => {}
+                }
+            }
+        });
+        Statuses { seen, task }
+    }
+
+    pub fn all(&self) -> Vec<WorkspaceStatus> {
+        self.seen.lock().unwrap().0.clone()
+    }
+
+    /// The last status written.
+    pub fn last(&self) -> Option<WorkspaceStatus> {
+        self.all().pop()
+    }
+
+    /// Whether the watch saw the object deleted: then it saw every status.
+    pub fn deleted(&self) -> bool {
+        self.seen.lock().unwrap().1
+    }
+
+    /// The newest record of each run whose Job name contains `pattern`
+    /// (`-destroy-`), in the order they were first seen.
+    pub fn runs(&self, pattern: &str) -> Vec<LastRun> {
+        let mut runs: Vec<LastRun> = Vec::new();
+        for run in self
+            .all()
+            .into_iter()
+            .filter_map(|s| s.last_run)
+            .filter(|r| r.job.contains(pattern))
+        {
+            match runs.iter_mut().find(|r| r.job == run.job) {
+                Some(known) => *known = run,
+                None => runs.push(run),
+            }
+        }
+        runs
+    }
+}
+
+impl Drop for Statuses {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A state Secret written by hand, in the backend's shape.
+pub async fn put_state(env: &Env, kind: Kind, name: &str, payload: &[u8]) {
+    let suffix = env.suffix(kind, name);
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(names::state_secret(&suffix)),
+            labels: Some(state_labels(&suffix)),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            "tfstate".to_string(),
+            k8s_openapi::ByteString(payload.to_vec()),
+        )])),
+        ..Default::default()
+    };
+    let params = PatchParams::apply("test").force();
+    env.secrets()
+        .patch(
+            &names::state_secret(&suffix),
+            &params,
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap();
+}
+
+/// The labels the kubernetes backend puts on the state Secrets of `suffix`.
+pub fn state_labels(suffix: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("tfstate".to_string(), "true".to_string()),
+        ("tfstateSecretSuffix".to_string(), suffix.to_string()),
+        ("tfstateWorkspace".to_string(), "default".to_string()),
+        (
+            "app.kubernetes.io/managed-by".to_string(),
+            "terraform".to_string(),
+        ),
+    ])
+}
+
+pub fn gzip(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// A machine's lock Lease written by hand in the backend's shape, held by
+/// `who` (over the Lease an earlier run left, if any).
+pub async fn put_lock(env: &Env, machine: &str, who: &str) -> Lease {
+    let suffix = env.suffix(Kind::Machine, machine);
+    let id = "4f2c1a9e-0b7d-4c55-9d21-7a6f3e8b1c00";
+    let info = json!({"ID": id, "Operation": "OperationTypeApply", "Info": "", "Who": who,
+        "Version": "1.12.6", "Created": "2026-12-02T10:00:00.000000000Z", "Path": ""});
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some(names::state_lock_lease(&suffix)),
+            annotations: Some(BTreeMap::from([(
+                "app.terraform.io/lock-info".to_string(),
+                info.to_string(),
+            )])),
+            labels: Some(BTreeMap::from([(
+                "app.kubernetes.io/managed-by".to_string(),
+                "terraform".to_string(),
+            )])),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(id.into()),
+            ..Default::default()
+        }),
+    };
+    let params = PatchParams::apply("test").force();
+    env.leases()
+        .patch(
+            &names::state_lock_lease(&suffix),
+            &params,
+            &Patch::Apply(&lease),
+        )
+        .await
+        .unwrap()
+}
+
+/// Waits until the apply attempt `attempt` of an object is adopted and its
+/// serial backed up; returns the state's serial.
+pub async fn applied_and_backed_up<K: Workload>(env: &Env, name: &str, attempt: u32) -> u64 {
+    let status = within(env, 240, "the apply adopted and backed up", || async {
+        let s = env.status::<K>(name).await?;
+        let run_ok = s
+            .last_run
+            .as_ref()
+            .is_some_and(|r| r.job.contains(&format!("-apply-a{attempt}-")));
+        let newest = s.state_backups.as_ref()?.first()?.serial;
+        (applied(&s) && run_ok && s.observed_state_serial == Some(newest)).then_some(s)
+    })
+    .await;
+    let serial = u64::try_from(status.observed_state_serial.unwrap()).unwrap();
+    // The newest backup holds exactly the state Secret's bytes.
+    let suffix = env.suffix(K::KIND, name);
+    let state = env
+        .secrets()
+        .get(&names::state_secret(&suffix))
+        .await
+        .unwrap();
+    let backup = env
+        .secrets()
+        .get(&names::backup_secret(&suffix, serial))
+        .await
+        .unwrap();
+    assert_eq!(
+        state.data.as_ref().unwrap()["tfstate"],
+        backup.data.as_ref().unwrap()["tfstate"]
+    );
+    assert_eq!(
+        backup
+            .labels()
+            .get("captf.io/state-backup")
+            .map(String::as_str),
+        Some("true")
+    );
+    let owner = env.api::<K>().get(name).await.unwrap();
+    assert!(
+        backup
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == owner.meta().uid.as_ref()),
+        "a backup is owned by its object"
+    );
+    serial
+}
