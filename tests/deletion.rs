@@ -18,6 +18,7 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -59,23 +60,14 @@ async fn once(env: &Env, reason: &str, kind: Kind, name: &str) -> Event {
     events.into_iter().next().unwrap()
 }
 
-/// The destroy Jobs started for an object, from their JobCreated events.
-async fn destroys_started(env: &Env, kind: Kind, name: &str) -> Vec<Event> {
-    let events = env.events_about("JobCreated", kind, name).await;
-    events
-        .into_iter()
-        .filter(|e| e.note.as_deref().is_some_and(|n| n.starts_with("destroy")))
-        .collect()
+/// The destroy Jobs of an object the watch saw, oldest first.
+fn destroys(jobs: &JobsSeen, kind: Kind, name: &str) -> Vec<(String, Timestamp)> {
+    jobs.named(&format!("captf-{}-{name}-destroy-", kind.short()))
 }
 
-/// The notes of the events `reason` about an object that concern a destroy.
-async fn destroy_notes(env: &Env, reason: &str, kind: Kind, name: &str) -> Vec<String> {
-    let events = env.events_about(reason, kind, name).await;
-    events
-        .into_iter()
-        .filter_map(|e| e.note)
-        .filter(|n| n.starts_with("destroy Job "))
-        .collect()
+/// How often `reason` happened to an object.
+async fn happened(env: &Env, reason: &str, kind: Kind, name: &str) -> i32 {
+    occurrences(&env.events_about(reason, kind, name).await)
 }
 
 /// Waits until the machine `m`'s deletion is held, with `state_reason` on
@@ -91,7 +83,7 @@ async fn held(env: &Env, state_reason: &str) {
     let message = condition_message(&status, "Deleting").unwrap();
     assert!(message.starts_with("deletion held:"), "{message}");
     assert!(
-        message.contains("restor") && message.contains(ABANDON),
+        message.to_lowercase().contains("restore") && message.contains(ABANDON),
         "no way out named: {message}"
     );
 }
@@ -101,7 +93,6 @@ async fn held(env: &Env, state_reason: &str) {
 async fn nothing_destroyed(env: &Env, backup: &str) {
     tokio::time::sleep(Duration::from_secs(15)).await;
     assert!(env.jobs_named("captf-m-m-destroy-").await.is_empty());
-    assert!(destroys_started(env, Kind::Machine, "m").await.is_empty());
     assert!(!env.gone::<TerraformMachine>("m").await);
     for name in [backup.to_string(), names::inputs_secret(Kind::Machine, "m")] {
         assert!(
@@ -155,6 +146,7 @@ async fn deleting_an_applied_machine_destroys_then_cleans_up() {
     let backups = env.backup_secrets(&suffix).await;
     assert!(!backups.is_empty());
     let statuses = Statuses::watch::<TerraformMachine>(&env, "m");
+    let jobs = JobsSeen::watch(&env);
 
     env.delete::<TerraformMachine>("m").await;
     env.wait_gone::<TerraformMachine>(240, "m").await;
@@ -164,9 +156,11 @@ async fn deleting_an_applied_machine_destroys_then_cleans_up() {
     .await;
 
     // One destroy, init then destroy, whose success is the last status.
-    assert_eq!(destroys_started(&env, Kind::Machine, "m").await.len(), 1);
+    let destroyed = destroys(&jobs, Kind::Machine, "m");
+    assert_eq!(destroyed.len(), 1, "{destroyed:?}");
     let runs = statuses.runs("-destroy-");
     assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].job, destroyed[0].0);
     assert!(
         runs[0].job.starts_with("captf-m-m-destroy-a1-"),
         "{}",
@@ -185,10 +179,12 @@ async fn deleting_an_applied_machine_destroys_then_cleans_up() {
             .iter()
             .any(|s| condition(s, "Deleting") == Some(("True", "Deleting")))
     );
-    let succeeded = destroy_notes(&env, "JobSucceeded", Kind::Machine, "m").await;
-    assert!(
-        matches!(&succeeded[..], [n] if n == &format!("destroy Job {} succeeded", runs[0].job)),
-        "{succeeded:?}"
+    // Each of its Jobs (the apply, the destroy) was created and succeeded.
+    let all = jobs.named("captf-m-m-").len() as i32;
+    assert_eq!(happened(&env, "JobCreated", Kind::Machine, "m").await, all);
+    assert_eq!(
+        happened(&env, "JobSucceeded", Kind::Machine, "m").await,
+        all
     );
 
     cleaned_up(&env, Kind::Machine, "m").await;
@@ -304,6 +300,8 @@ async fn a_destroy_that_fails_twice_then_succeeds_keeps_the_state_until_it_does(
     )
     .await;
     let suffix = env.suffix(Kind::Machine, "m");
+    let statuses = Statuses::watch::<TerraformMachine>(&env, "m");
+    let jobs = JobsSeen::watch(&env);
     env.delete::<TerraformMachine>("m").await;
 
     let mut failed = Vec::new();
@@ -344,12 +342,20 @@ async fn a_destroy_that_fails_twice_then_succeeds_keeps_the_state_until_it_does(
         waited >= 55,
         "the second destroy started {waited}s after the first failed"
     );
-    let notes = within(&env, 30, "a JobFailed event per failed destroy", || async {
-        let notes = destroy_notes(&env, "JobFailed", Kind::Machine, "m").await;
-        (notes.len() >= 2).then_some(notes)
+    within(&env, 30, "a JobFailed event per failed destroy", || async {
+        (happened(&env, "JobFailed", Kind::Machine, "m").await >= 2).then_some(())
     })
     .await;
-    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert_eq!(happened(&env, "JobFailed", Kind::Machine, "m").await, 2);
+    let first = env
+        .events_about("JobFailed", Kind::Machine, "m")
+        .await
+        .remove(0);
+    let note = first.note.unwrap_or_default();
+    assert!(
+        note.starts_with(&format!("destroy Job {} failed", failed[0].name_any())),
+        "{note}"
+    );
 
     // Once the module lets it, the third (after two minutes) succeeds.
     std::fs::remove_file(&gate).unwrap();
@@ -379,12 +385,18 @@ async fn a_destroy_that_fails_twice_then_succeeds_keeps_the_state_until_it_does(
         "the third destroy started {waited}s after the second failed"
     );
     env.wait_gone::<TerraformMachine>(240, "m").await;
-    assert_eq!(destroys_started(&env, Kind::Machine, "m").await.len(), 3);
+    within(&env, 10, "the watch saw the deletion", || async {
+        statuses.deleted().then_some(())
+    })
+    .await;
+    assert_eq!(destroys(&jobs, Kind::Machine, "m").len(), 3);
+    let runs = statuses.runs("-destroy-");
+    let errors: Vec<bool> = runs.iter().map(|r| r.error.is_some()).collect();
+    assert_eq!(errors, [true, true, false], "{runs:?}");
+    let last = statuses.last().unwrap();
     assert_eq!(
-        destroy_notes(&env, "JobSucceeded", Kind::Machine, "m")
-            .await
-            .len(),
-        1
+        condition(&last, "ApplyJobSucceeded"),
+        Some(("True", "DestroySucceeded"))
     );
     once(&env, "Destroyed", Kind::Machine, "m").await;
     cleaned_up(&env, Kind::Machine, "m").await;
@@ -400,6 +412,7 @@ async fn a_cluster_deleted_before_its_machines_waits_for_them() {
         "the cluster's apply took its write lease"
     );
 
+    let jobs = JobsSeen::watch(&env);
     env.delete::<TerraformCluster>("c").await;
     let status = within(&env, 20, "the cluster's deletion blocked", || async {
         env.cluster_status("c")
@@ -415,17 +428,31 @@ async fn a_cluster_deleted_before_its_machines_waits_for_them() {
     );
 
     env.delete::<TerraformMachine>("m").await;
-    env.wait_gone::<TerraformMachine>(240, "m").await;
+    within(&env, 240, "the machine gone", || async {
+        // Jobs first: a cluster destroy seen before the machine still
+        // exists ran beside it.
+        let cluster_destroy = !env.jobs_named("captf-c-c-destroy-").await.is_empty();
+        let gone = env.gone::<TerraformMachine>("m").await;
+        assert!(
+            !cluster_destroy || gone,
+            "the cluster's destroy started while its machine existed{}",
+            env.context()
+        );
+        gone.then_some(())
+    })
+    .await;
     env.wait_gone::<TerraformCluster>(240, "c").await;
+    assert_eq!(destroys(&jobs, Kind::Machine, "m").len(), 1);
+    let cluster_destroys = destroys(&jobs, Kind::Cluster, "c");
+    assert_eq!(cluster_destroys.len(), 1, "{cluster_destroys:?}");
+    // Creation times are whole seconds.
     let machine_done = once(&env, "FinalizerRemoved", Kind::Machine, "m").await;
-    let cluster_destroys = destroys_started(&env, Kind::Cluster, "c").await;
-    assert_eq!(cluster_destroys.len(), 1);
+    let machine_done = machine_done.event_time.unwrap().0;
     assert!(
-        cluster_destroys[0].event_time.as_ref().unwrap().0
-            >= machine_done.event_time.as_ref().unwrap().0,
-        "the cluster's destroy started first"
+        cluster_destroys[0].1 > machine_done - SignedDuration::from_secs(1),
+        "the cluster's destroy was created at {}, before the machine went at {machine_done}",
+        cluster_destroys[0].1
     );
-    assert_eq!(destroys_started(&env, Kind::Machine, "m").await.len(), 1);
     once(&env, "Destroyed", Kind::Cluster, "c").await;
     cleaned_up(&env, Kind::Cluster, "c").await;
     assert!(
@@ -444,6 +471,7 @@ async fn a_corrupt_state_at_deletion_holds_until_restored_then_destroys() {
         .patch(&state, &PatchParams::default(), &Patch::Merge(&garbage))
         .await
         .unwrap();
+    let jobs = JobsSeen::watch(&env);
     env.delete::<TerraformMachine>("m").await;
 
     held(&env, "StateCorrupt").await;
@@ -467,13 +495,7 @@ async fn a_corrupt_state_at_deletion_holds_until_restored_then_destroys() {
         .await
         .unwrap();
     env.wait_gone::<TerraformMachine>(240, "m").await;
-    assert_eq!(destroys_started(&env, Kind::Machine, "m").await.len(), 1);
-    assert_eq!(
-        destroy_notes(&env, "JobSucceeded", Kind::Machine, "m")
-            .await
-            .len(),
-        1
-    );
+    assert_eq!(destroys(&jobs, Kind::Machine, "m").len(), 1);
     once(&env, "Destroyed", Kind::Machine, "m").await;
     cleaned_up(&env, Kind::Machine, "m").await;
 }
@@ -488,6 +510,7 @@ async fn a_lost_state_at_deletion_holds_until_abandoned() {
             .await
             .unwrap();
     }
+    let jobs = JobsSeen::watch(&env);
     env.delete::<TerraformMachine>("m").await;
 
     held(&env, "StateLost").await;
@@ -525,7 +548,7 @@ async fn a_lost_state_at_deletion_holds_until_abandoned() {
         .await
         .unwrap();
     env.wait_gone::<TerraformMachine>(60, "m").await;
-    assert!(destroys_started(&env, Kind::Machine, "m").await.is_empty());
+    assert_eq!(destroys(&jobs, Kind::Machine, "m"), []);
     assert!(env.jobs_named("captf-m-m-destroy-").await.is_empty());
     let event = once(&env, "InfrastructureAbandoned", Kind::Machine, "m").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
@@ -747,6 +770,7 @@ async fn a_manager_killed_mid_cleanup_finishes_it_after_a_restart() {
     let inputs = names::inputs_secret(Kind::Machine, "m");
     // Cleanup step 2 (the durable inputs) fails; step 1 (the state) ran.
     let keep = KeepSecret::install(&env, &inputs).await;
+    let jobs = JobsSeen::watch(&env);
     env.delete::<TerraformMachine>("m").await;
     let status = within(
         &env,
@@ -782,11 +806,8 @@ async fn a_manager_killed_mid_cleanup_finishes_it_after_a_restart() {
     keep.remove(&env).await;
     env.restart_manager(&[]).await;
     env.wait_gone::<TerraformMachine>(120, "m").await;
-    assert_eq!(
-        destroys_started(&env, Kind::Machine, "m").await.len(),
-        1,
-        "a second destroy ran"
-    );
+    let destroyed = destroys(&jobs, Kind::Machine, "m");
+    assert_eq!(destroyed.len(), 1, "{destroyed:?}");
     once(&env, "Destroyed", Kind::Machine, "m").await;
     once(&env, "FinalizerRemoved", Kind::Machine, "m").await;
     cleaned_up(&env, Kind::Machine, "m").await;

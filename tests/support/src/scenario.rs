@@ -527,34 +527,69 @@ impl Env {
     }
 }
 
+/// A watch running in the background while this lives.
+struct Watching(tokio::task::JoinHandle<()>);
+
+impl Watching {
+    /// Hands every event of a watch of `api` to `seen`.
+    fn start<K>(
+        api: Api<K>,
+        config: watcher::Config,
+        mut seen: impl FnMut(watcher::Event<K>) + Send + 'static,
+    ) -> Watching
+    where
+        K: kube::Resource
+            + Clone
+            + k8s_openapi::serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        let stream = watcher(api, config).default_backoff();
+        Watching(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                if let Ok(event) = event {
+                    seen(event);
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Every status an object was written with, in order, as a watch sees
 /// them (nothing is missed between two polls), and whether the watch saw
 /// it deleted.
 pub struct Statuses {
     seen: Arc<Mutex<(Vec<WorkspaceStatus>, bool)>>,
-    task: tokio::task::JoinHandle<()>,
+    _watching: Watching,
 }
 
 impl Statuses {
     pub fn watch<K: Workload>(env: &Env, name: &str) -> Statuses {
         let seen = Arc::new(Mutex::new((Vec::new(), false)));
-        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-        let stream = watcher(env.api::<K>(), config).default_backoff();
         let sink = seen.clone();
-        let task = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                let mut seen = sink.lock().unwrap();
-                match event {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                        seen.0.extend(o.workspace_status().cloned())
-                    }
-                    Ok(watcher::Event::Delete(_)) => seen.1 = true,
-                    _ => {}
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let watching = Watching::start(env.api::<K>(), config, move |event| {
+            let mut seen = sink.lock().unwrap();
+            match event {
+                watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                    seen.0.extend(o.workspace_status().cloned())
                 }
+                watcher::Event::Delete(_) => seen.1 = true,
+                _ => {}
             }
         });
-        Statuses { seen, task }
+        Statuses {
+            seen,
+            _watching: watching,
+        }
     }
 
     pub fn all(&self) -> Vec<WorkspaceStatus> {
@@ -590,9 +625,42 @@ impl Statuses {
     }
 }
 
-impl Drop for Statuses {
-    fn drop(&mut self) {
-        self.task.abort();
+/// Every Job of the namespace a watch saw, even those collected since,
+/// with its creation time.
+pub struct JobsSeen {
+    seen: Arc<Mutex<BTreeMap<String, Timestamp>>>,
+    _watching: Watching,
+}
+
+impl JobsSeen {
+    pub fn watch(env: &Env) -> JobsSeen {
+        let seen = Arc::new(Mutex::new(BTreeMap::new()));
+        let sink = seen.clone();
+        let api = Api::<Job>::namespaced(env.client.clone(), &env.ns);
+        let watching = Watching::start(api, watcher::Config::default(), move |event| {
+            if let watcher::Event::Apply(job) | watcher::Event::InitApply(job) = event {
+                let created = job.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                sink.lock()
+                    .unwrap()
+                    .insert(job.name_any(), created.unwrap_or_default());
+            }
+        });
+        JobsSeen {
+            seen,
+            _watching: watching,
+        }
+    }
+
+    /// The Jobs whose names begin with `prefix`, oldest first.
+    pub fn named(&self, prefix: &str) -> Vec<(String, Timestamp)> {
+        let seen = self.seen.lock().unwrap();
+        let mut jobs: Vec<(String, Timestamp)> = seen
+            .iter()
+            .filter(|(name, _)| name.starts_with(prefix))
+            .map(|(n, t)| (n.clone(), *t))
+            .collect();
+        jobs.sort_by_key(|(name, created)| (*created, name.clone()));
+        jobs
     }
 }
 
