@@ -96,7 +96,7 @@ pub fn set(conditions: &mut Vec<Condition>, cond: Cond, generation: Option<i64>,
             c.reason = cond.reason.to_string();
             c.message = cond.message;
             c.observed_generation = generation;
-            changed.then(|| Transition {
+            changed.then_some(Transition {
                 type_: cond.type_,
                 from: Some(from),
                 to: cond.status,

@@ -89,7 +89,17 @@ impl<K: Workload> Pass<'_, K> {
     }
 
     async fn event(&self, type_: EventType, reason: &str, note: String) {
-        let event = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary: None };
+        self.record(type_, reason, note, None).await;
+    }
+
+    /// An event about one of the object's Jobs, which is its related
+    /// object: events of distinct Jobs are never merged into one series.
+    async fn job_event(&self, type_: EventType, reason: &str, note: String, job: &Job) {
+        self.record(type_, reason, note, Some(job.object_ref(&()))).await;
+    }
+
+    async fn record(&self, type_: EventType, reason: &str, note: String, secondary: Option<k8s_openapi::api::core::v1::ObjectReference>) {
+        let event = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary };
         // An event that cannot be recorded must not fail the pass.
         if let Err(e) = self.ctx.recorder.publish(&event, &self.reference()).await {
             debug!("recording event {reason}: {e}");
@@ -340,12 +350,11 @@ async fn account<K: Workload>(pass: &mut Pass<'_, K>, job: &Job, op: Op, account
         {
             pass.status.source.get_or_insert_with(SourceStatus::default).image = Some(image);
         }
-        pass.event(EventType::Normal, "JobSucceeded", format!("{} Job {job_name} succeeded", op.as_str())).await;
-        if matches!(op, Op::Apply | Op::Restore) {
-            if let Some(hash) = annotation(job, INPUTS_HASH) {
+        pass.job_event(EventType::Normal, "JobSucceeded", format!("{} Job {job_name} succeeded", op.as_str()), job).await;
+        if matches!(op, Op::Apply | Op::Restore)
+            && let Some(hash) = annotation(job, INPUTS_HASH) {
                 adopt(pass, hash).await?;
             }
-        }
         if op == Op::Apply {
             let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &pass.namespace);
             durable::mark_applied(&secrets, K::KIND, &pass.name).await.map_err(Error::Kube)?;
@@ -355,10 +364,10 @@ async fn account<K: Workload>(pass: &mut Pass<'_, K>, job: &Job, op: Op, account
         }
     } else {
         let summary = accounted.last_run.error.as_ref().and_then(|e| e.summary.clone()).unwrap_or_default();
-        pass.event(EventType::Warning, "JobFailed", format!("{} Job {job_name} failed: {summary}", op.as_str())).await;
+        pass.job_event(EventType::Warning, "JobFailed", format!("{} Job {job_name} failed: {summary}", op.as_str()), job).await;
         if op == Op::Restore {
             ctx.metrics.state_restores.get_or_create(&metrics::RestoreLabels { kind, result: metrics::RestoreResult::Failed }).inc();
-            pass.event(EventType::Warning, "StateRestoreFailed", format!("restore Job {job_name} failed: {summary}")).await;
+            pass.job_event(EventType::Warning, "StateRestoreFailed", format!("restore Job {job_name} failed: {summary}"), job).await;
         }
     }
     release(pass, &job_name).await?;
@@ -567,11 +576,10 @@ fn owner_reference<K: Workload>(obj: &K) -> Result<OwnerReference, Error> {
 async fn release<K: Workload>(pass: &Pass<'_, K>, job: &str) -> Result<(), Error> {
     let api = Api::<Lease>::namespaced(pass.ctx.client.clone(), &pass.namespace);
     leases::release(&api, &names::run_lease(&pass.suffix), job).await?;
-    if K::KIND == Kind::Cluster {
-        if let Some(cluster) = pass.obj.cluster_name() {
+    if K::KIND == Kind::Cluster
+        && let Some(cluster) = pass.obj.cluster_name() {
             leases::release(&api, &names::cluster_write_lease(&pass.namespace, cluster), job).await?;
         }
-    }
     Ok(())
 }
 
@@ -597,27 +605,46 @@ struct StateView {
     entered_unreadable: bool,
     /// An apply succeeded once (the durable inputs' marker, or a backup).
     ever_applied: bool,
+    /// Applied once, and no state Secret is left: [`StateView::fact`]
+    /// says Unreadable, so that nothing is applied over it.
+    lost: bool,
     durable: Option<durable::Recorded>,
 }
 
-/// `destroyed`: a destroy of the object succeeded, so a missing state is
-/// cleaned up, not lost.
-async fn gather<K: Workload>(pass: &mut Pass<'_, K>, uid: &str, destroyed: bool) -> Result<Gathered, Error> {
+/// Which pass gathers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Live,
+    /// `destroyed`: a destroy of the object succeeded, so a missing state
+    /// is cleaned up, not lost.
+    Deleting { destroyed: bool },
+}
+
+async fn gather<K: Workload>(pass: &mut Pass<'_, K>, uid: &str, phase: Phase) -> Result<Gathered, Error> {
     let ctx = pass.ctx;
     let obj = pass.obj;
     let ns = pass.namespace.clone();
     let cluster = cluster_of(ctx, obj, &ns).await?;
     let spec = obj.workspace();
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
+    let durable = match secrets.get_opt(&names::inputs_secret(K::KIND, &pass.name)).await.map_err(Error::Kube)? {
+        Some(s) if durable::owned_by(&s, uid) => durable::read(&s),
+        _ => None,
+    };
 
-    let identity = credentials::identity_name(spec, cluster.as_ref());
+    // A machine or pool whose cluster is gone still destroys with the
+    // identity its apply used (ref §8.6: a missing owner never blocks a
+    // deletion); the identity must still allow the namespace.
+    let recorded = durable.as_ref().and_then(|d| d.identity.as_deref()).filter(|_| phase != Phase::Live);
+    let identity = credentials::identity_name(spec, cluster.as_ref()).or(recorded);
     let creds = credentials::ensure(&ctx.client, &ns, identity, owner_reference(obj)?).await?;
     let credentials = creds.allowed.status == Status::True && creds.identity.is_some();
     let identity = creds.identity.clone();
     pass.set(creds.allowed);
     pass.set(creds.mirrored);
 
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
-    let view = read_state(pass, &secrets, uid, destroyed).await?;
+    let destroyed = phase == Phase::Deleting { destroyed: true };
+    let view = read_state(pass, &secrets, durable, destroyed).await?;
 
     let settings = policy::resolve(
         spec.jobs.as_ref(),
@@ -638,13 +665,14 @@ async fn gather<K: Workload>(pass: &mut Pass<'_, K>, uid: &str, destroyed: bool)
 /// Reads the state (StateReadable, its gauges, events and counter) and
 /// the state lock, checked only here, with no Job of the object active
 /// (book: state-lock-and-stale-locks.md).
-async fn read_state<K: Workload>(pass: &mut Pass<'_, K>, secrets: &Api<Secret>, uid: &str, destroyed: bool) -> Result<StateView, Error> {
+async fn read_state<K: Workload>(
+    pass: &mut Pass<'_, K>,
+    secrets: &Api<Secret>,
+    durable: Option<durable::Recorded>,
+    destroyed: bool,
+) -> Result<StateView, Error> {
     let ctx = pass.ctx;
     let snapshot = state::snapshot(secrets, &pass.suffix).await?;
-    let durable = match secrets.get_opt(&names::inputs_secret(K::KIND, &pass.name)).await.map_err(Error::Kube)? {
-        Some(s) if durable::owned_by(&s, uid) => durable::read(&s),
-        _ => None,
-    };
     let ever_applied = durable.as_ref().is_some_and(|d| d.applied)
         || !backups::existing(secrets, &pass.suffix).await.map_err(Error::Backup)?.is_empty();
     let labels = pass.labels();
@@ -662,6 +690,8 @@ async fn read_state<K: Workload>(pass: &mut Pass<'_, K>, secrets: &Api<Secret>, 
             // Applied once and gone: nothing may run from the spec alone
             // (a machine would be created twice) until it is restored.
             (status, reason) = (Status::False, "StateLost");
+            ctx.metrics.state_bytes.remove(&labels);
+            ctx.metrics.state_resources.remove(&labels);
             message = format!(
                 "state Secret {} is missing although the object was applied; restore it from a backup",
                 names::state_secret(&pass.suffix)
@@ -677,11 +707,10 @@ async fn read_state<K: Workload>(pass: &mut Pass<'_, K>, secrets: &Api<Secret>, 
             ctx.metrics.state_bytes.get_or_create(&labels).set(i64::try_from(st.compressed_bytes).unwrap_or(i64::MAX));
             ctx.metrics.state_resources.get_or_create(&labels).set(i64::try_from(st.managed_resources).unwrap_or(i64::MAX));
             let serial = i64::try_from(st.serial).ok().filter(|s| *s >= 1);
-            if serial.is_some() && serial != pass.status.observed_state_serial {
-                if let Some(note) = st.near_secret_limit_note() {
+            if serial.is_some() && serial != pass.status.observed_state_serial
+                && let Some(note) = st.near_secret_limit_note() {
                     pass.event(EventType::Warning, state::NEAR_SECRET_LIMIT_REASON, note).await;
                 }
-            }
             let hash = snapshot.base(&pass.suffix).and_then(|b| annotation(b, INPUTS_HASH)).map(str::to_string);
             StateFact::Read { inputs_hash: hash }
         }
@@ -725,7 +754,7 @@ async fn read_state<K: Workload>(pass: &mut Pass<'_, K>, secrets: &Api<Secret>, 
             .inc();
         pass.event(EventType::Warning, event, note).await;
     }
-    Ok(StateView { snapshot, fact, force_unlock, entered_unreadable, ever_applied, durable })
+    Ok(StateView { snapshot, fact, force_unlock, entered_unreadable, ever_applied, lost, durable })
 }
 
 /// Whether a Job may start: the credentials are there and the runner's
@@ -761,7 +790,7 @@ async fn idle<K: Workload>(
     uid: &str,
 ) -> Result<Action, Error> {
     let ctx = pass.ctx;
-    let g = gather(pass, uid, false).await?;
+    let g = gather(pass, uid, Phase::Live).await?;
     backup(pass, &g.secrets, &g.view.snapshot, g.view.entered_unreadable).await?;
     let rendered = match &g.rendered {
         Ok(r) => r,
@@ -839,12 +868,12 @@ async fn deleting_pass<K: Workload>(
         pass.set(Cond::new(conditions::DELETION_BLOCKED, Status::False, "NotBlocked", "no machine or pool of the cluster is left"));
     }
     let destroyed = finished.iter().any(|f| f.op == Op::Destroy && f.succeeded);
-    let g = gather(pass, uid, destroyed).await?;
+    let g = gather(pass, uid, Phase::Deleting { destroyed }).await?;
     let facts = deletion::Facts {
         kind: K::KIND,
         dependents,
         abandoned: pass.obj.meta().annotations.as_ref().and_then(|a| a.get(deletion::ABANDON)).is_some_and(|v| v == uid),
-        state: g.view.fact.clone(),
+        state: if g.view.lost { StateFact::NotFound } else { g.view.fact.clone() },
         ever_applied: g.view.ever_applied,
         durable_inputs: g.view.durable.is_some(),
         renders: g.rendered.is_ok(),
@@ -1095,14 +1124,13 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
     if let (true, Some(cluster)) = (ctx.settings.cluster_operation_gate, obj.cluster_name()) {
         let gate = names::cluster_write_lease(&ns, cluster);
         if K::KIND == Kind::Cluster {
-            if let Some(lease) = leases::cluster_write_lease(&request) {
-                if let Acquired::HeldBy(holder) = leases::acquire(&leases_api, &lease, &jobs_api, deadline).await? {
+            if let Some(lease) = leases::cluster_write_lease(&request)
+                && let Acquired::HeldBy(holder) = leases::acquire(&leases_api, &lease, &jobs_api, deadline).await? {
                     leases::release(&leases_api, &run_lease, &job_name).await?;
                     pass.set(Cond::new(job_condition, Status::Unknown, "WaitingForRunLease", format!("Job {holder} holds the cluster write lease {gate}")));
                     wait_metric(pass, metrics::LeaseWait::RunLease);
                     return Ok(Action::requeue(LEASE_RECHECK));
                 }
-            }
         } else if let Some(holder) = leases::holder(&leases_api, &gate).await? {
             // A Job that cannot be read counts as running: never go ahead
             // of the cluster on a guess.
@@ -1191,10 +1219,11 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
     info!(namespace = %ns, name = %pass.name, job = %job_name, "started {} Job: {}", op.as_str(), reason.as_str());
     if let Some(id) = force_unlock {
         ctx.metrics.lock_force_unlocks.get_or_create(&metrics::KindLabels { kind: metrics_kind(K::KIND) }).inc();
-        pass.event(
+        pass.job_event(
             EventType::Warning,
             "ForceUnlocked",
             format!("Job {job_name} force-unlocks the stale state lock {id} left by an ended runner pod of this object"),
+            &created,
         )
         .await;
     }
@@ -1206,10 +1235,11 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
         .reconcile_op_decisions
         .get_or_create(&metrics::DecisionLabels { kind: metrics_kind(K::KIND), op: metrics_op(op), reason: reason.metric() })
         .inc();
-    pass.event(
+    pass.job_event(
         EventType::Normal,
         "JobCreated",
         format!("{} Job {job_name} (attempt {attempt}, image {image}): {}", op.as_str(), reason.as_str()),
+        &created,
     )
     .await;
     pass.status.active_job = Some(ActiveJob {

@@ -73,6 +73,7 @@ pub fn build(record: &Record) -> Secret {
 pub struct Recorded {
     pub inputs: RenderedInputs,
     pub image: Option<String>,
+    pub identity: Option<String>,
     pub applied: bool,
 }
 
@@ -89,6 +90,7 @@ pub fn read(secret: &Secret) -> Option<Recorded> {
             inputs_hash: annotation(INPUTS_HASH)?,
         },
         image: annotation(IMAGE),
+        identity: annotation(IDENTITY),
         applied: annotation(APPLIED).as_deref() == Some("true"),
     })
 }
@@ -195,7 +197,8 @@ mod tests {
         assert_eq!(labels.get(super::super::MANAGED_LABEL).map(String::as_str), Some("true"));
         assert_eq!(labels.get(super::super::CLUSTER_NAME_LABEL).map(String::as_str), Some("c1"));
         let recorded = read(&secret).unwrap();
-        assert_eq!(recorded, Recorded { inputs, image: Some("registry.example/mod:1".into()), applied: false });
+        let want = Recorded { inputs, image: Some("registry.example/mod:1".into()), identity: Some("id".into()), applied: false };
+        assert_eq!(recorded, want);
     }
 
     #[test]
