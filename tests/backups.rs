@@ -13,17 +13,13 @@ use captf::backups::{
 use captf::names::{self, Kind};
 use captf::state::{self, StateReadable};
 use captf_testkit::controlplane;
-use captf_testkit::{eventually, run_ok, tofu};
+use captf_testkit::refusal::Refusal;
+use captf_testkit::{run_ok, tofu};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{
-    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
-    ValidatingAdmissionPolicySpec, Validation,
-};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 
@@ -296,119 +292,34 @@ async fn three_chunk_state_is_backed_up_chunk_for_chunk_and_idempotently() {
     assert_eq!(infos[0].bytes, compressed.len() as u64);
 }
 
-/// A ValidatingAdmissionPolicy that refuses creating any Secret named
-/// `*-part-1` in the fixture's namespace.
-struct Refusal {
-    name: String,
-}
-
-impl Refusal {
-    async fn install(fx: &Fixture) -> Refusal {
-        let name = format!("refuse-part-1-{}", fx.ns);
-        let policies: Api<ValidatingAdmissionPolicy> = Api::all(fx.client.clone());
-        policies
-            .create(
-                &PostParams::default(),
-                &ValidatingAdmissionPolicy {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        ..Default::default()
-                    },
-                    spec: Some(ValidatingAdmissionPolicySpec {
-                        failure_policy: Some("Fail".into()),
-                        match_constraints: Some(MatchResources {
-                            resource_rules: Some(vec![NamedRuleWithOperations {
-                                api_groups: Some(vec![String::new()]),
-                                api_versions: Some(vec!["v1".into()]),
-                                operations: Some(vec!["CREATE".into()]),
-                                resources: Some(vec!["secrets".into()]),
-                                ..Default::default()
-                            }]),
-                            ..Default::default()
-                        }),
-                        validations: Some(vec![Validation {
-                            expression: "!object.metadata.name.endsWith('-part-1')".into(),
-                            message: Some("refused by the test".into()),
-                            ..Default::default()
-                        }]),
-                        ..Default::default()
-                    }),
+impl Fixture {
+    /// Refuses creating any Secret named `*-part-1` in the fixture's
+    /// namespace, probed by a dry-run create of one.
+    async fn refuse_part_1(&self) -> Refusal<impl AsyncFn() -> bool + use<>> {
+        let secrets = self.secrets.clone();
+        let probe = async move || {
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some("probe-part-1".into()),
                     ..Default::default()
                 },
-            )
-            .await
-            .unwrap();
-        let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(fx.client.clone());
-        bindings
-            .create(
-                &PostParams::default(),
-                &ValidatingAdmissionPolicyBinding {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        ..Default::default()
-                    },
-                    spec: ValidatingAdmissionPolicyBindingSpec {
-                        policy_name: name.clone(),
-                        validation_actions: vec!["Deny".into()],
-                        match_resources: Some(MatchResources {
-                            namespace_selector: Some(LabelSelector {
-                                match_labels: Some(BTreeMap::from([(
-                                    "kubernetes.io/metadata.name".into(),
-                                    fx.ns.clone(),
-                                )])),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
-                },
-            )
-            .await
-            .unwrap();
-        eventually("the policy to refuse", || async {
-            (!probe(fx).await).then_some(())
-        })
-        .await;
-        Refusal { name }
-    }
-
-    async fn remove(self, fx: &Fixture) {
-        let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(fx.client.clone());
-        bindings
-            .delete(&self.name, &DeleteParams::default())
-            .await
-            .unwrap();
-        let policies: Api<ValidatingAdmissionPolicy> = Api::all(fx.client.clone());
-        policies
-            .delete(&self.name, &DeleteParams::default())
-            .await
-            .unwrap();
-        eventually("the policy to go", || async {
-            probe(fx).await.then_some(())
-        })
-        .await;
-    }
-}
-
-/// Whether a Secret named `*-part-1` can be created (and deletes it again).
-async fn probe(fx: &Fixture) -> bool {
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some("probe-part-1".into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match fx.secrets.create(&PostParams::default(), &secret).await {
-        Ok(_) => {
-            fx.secrets
-                .delete("probe-part-1", &DeleteParams::default())
-                .await
-                .unwrap();
-            true
-        }
-        Err(_) => false,
+                ..Default::default()
+            };
+            let dry_run = PostParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            secrets.create(&dry_run, &secret).await.is_ok()
+        };
+        Refusal::install(
+            &self.client,
+            &self.ns,
+            &["CREATE"],
+            "secrets",
+            "!object.metadata.name.endsWith('-part-1')",
+            probe,
+        )
+        .await
     }
 }
 
@@ -428,7 +339,7 @@ async fn a_refused_chunk_leaves_no_partial_set() {
         .await
         .unwrap();
     // Chunk 0 is created, chunk 1 refused.
-    let refusal = Refusal::install(&fx).await;
+    let refusal = fx.refuse_part_1().await;
 
     let error = backups::take(&fx.secrets, &set).await.unwrap_err();
     assert!(
@@ -441,7 +352,7 @@ async fn a_refused_chunk_leaves_no_partial_set() {
 
     // Once the create goes through, the next reconcile's attempt takes the
     // whole set.
-    refusal.remove(&fx).await;
+    refusal.remove().await;
     backups::take(&fx.secrets, &set).await.unwrap();
     let infos = backups::list(
         &backups::existing(&fx.secrets, &suffix).await.unwrap(),

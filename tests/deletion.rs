@@ -7,19 +7,14 @@ use std::time::Duration;
 
 use captf::api::{IdentityReference, TerraformCluster, TerraformMachine, WorkspaceSpec};
 use captf::names::{self, Kind};
+use captf_testkit::refusal::Refusal;
 use captf_testkit::scenario::*;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::admissionregistration::v1::{
-    MatchResources, NamedRuleWithOperations, ValidatingAdmissionPolicy,
-    ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
-    ValidatingAdmissionPolicySpec, Validation,
-};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -655,111 +650,27 @@ async fn the_sweep_clears_an_empty_namespace_and_leaves_a_busy_one() {
     );
 }
 
-/// A ValidatingAdmissionPolicy (and its binding) refusing to delete one
-/// Secret of a namespace.
-struct KeepSecret {
-    name: String,
-    secret: String,
-}
-
-impl KeepSecret {
-    async fn install(env: &Env, secret: &str) -> KeepSecret {
-        let name = format!("keep-{}", env.ns);
-        let policy = ValidatingAdmissionPolicy {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                ..Default::default()
-            },
-            spec: Some(ValidatingAdmissionPolicySpec {
-                failure_policy: Some("Fail".into()),
-                match_constraints: Some(MatchResources {
-                    resource_rules: Some(vec![NamedRuleWithOperations {
-                        api_groups: Some(vec![String::new()]),
-                        api_versions: Some(vec!["v1".into()]),
-                        operations: Some(vec!["DELETE".into()]),
-                        resources: Some(vec!["secrets".into()]),
-                        ..Default::default()
-                    }]),
-                    ..Default::default()
-                }),
-                validations: Some(vec![Validation {
-                    expression: format!("oldObject.metadata.name != '{secret}'"),
-                    message: Some("kept by the test".into()),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            }),
+/// Refuses deleting the Secret `secret` of the test's namespace, probed by
+/// a dry-run delete of it.
+async fn keep_secret(env: &Env, secret: &str) -> Refusal<impl AsyncFn() -> bool + use<>> {
+    let secrets = env.secrets();
+    let name = secret.to_string();
+    let probe = async move || {
+        let dry_run = DeleteParams {
+            dry_run: true,
             ..Default::default()
         };
-        Api::<ValidatingAdmissionPolicy>::all(env.client.clone())
-            .create(&PostParams::default(), &policy)
-            .await
-            .unwrap();
-        let namespace = LabelSelector {
-            match_labels: Some(
-                [("kubernetes.io/metadata.name".to_string(), env.ns.clone())].into(),
-            ),
-            ..Default::default()
-        };
-        let binding = ValidatingAdmissionPolicyBinding {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                ..Default::default()
-            },
-            spec: ValidatingAdmissionPolicyBindingSpec {
-                policy_name: name.clone(),
-                validation_actions: vec!["Deny".into()],
-                match_resources: Some(MatchResources {
-                    namespace_selector: Some(namespace),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        };
-        Api::<ValidatingAdmissionPolicyBinding>::all(env.client.clone())
-            .create(&PostParams::default(), &binding)
-            .await
-            .unwrap();
-        let keep = KeepSecret {
-            name,
-            secret: secret.to_string(),
-        };
-        within(env, 60, "the policy in force", || async {
-            (!keep.deletable(env).await).then_some(())
-        })
-        .await;
-        keep
-    }
-
-    /// Whether a (dry-run) delete of the Secret is admitted.
-    async fn deletable(&self, env: &Env) -> bool {
-        env.secrets()
-            .delete(
-                &self.secret,
-                &DeleteParams {
-                    dry_run: true,
-                    ..Default::default()
-                },
-            )
-            .await
-            .is_ok()
-    }
-
-    async fn remove(self, env: &Env) {
-        let params = DeleteParams::default();
-        Api::<ValidatingAdmissionPolicyBinding>::all(env.client.clone())
-            .delete(&self.name, &params)
-            .await
-            .unwrap();
-        Api::<ValidatingAdmissionPolicy>::all(env.client.clone())
-            .delete(&self.name, &params)
-            .await
-            .unwrap();
-        within(env, 60, "the policy gone", || async {
-            self.deletable(env).await.then_some(())
-        })
-        .await;
-    }
+        secrets.delete(&name, &dry_run).await.is_ok()
+    };
+    Refusal::install(
+        &env.client,
+        &env.ns,
+        &["DELETE"],
+        "secrets",
+        &format!("oldObject.metadata.name != '{secret}'"),
+        probe,
+    )
+    .await
 }
 
 #[tokio::test]
@@ -769,7 +680,7 @@ async fn a_manager_killed_mid_cleanup_finishes_it_after_a_restart() {
     let suffix = env.suffix(Kind::Machine, "m");
     let inputs = names::inputs_secret(Kind::Machine, "m");
     // Cleanup step 2 (the durable inputs) fails; step 1 (the state) ran.
-    let keep = KeepSecret::install(&env, &inputs).await;
+    let keep = keep_secret(&env, &inputs).await;
     let jobs = JobsSeen::watch(&env);
     env.delete::<TerraformMachine>("m").await;
     let status = within(
@@ -803,7 +714,7 @@ async fn a_manager_killed_mid_cleanup_finishes_it_after_a_restart() {
     );
 
     env.manager.stop();
-    keep.remove(&env).await;
+    keep.remove().await;
     env.restart_manager(&[]).await;
     env.wait_gone::<TerraformMachine>(120, "m").await;
     let destroyed = destroys(&jobs, Kind::Machine, "m");

@@ -8,6 +8,7 @@ use std::time::Duration;
 use captf::api::{TerraformCluster, TerraformClusterIdentity, TerraformMachine, WorkspaceSpec};
 use captf::names::{self, Kind};
 use captf_testkit::controlplane;
+use captf_testkit::refusal::Refusal;
 use captf_testkit::scenario::*;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
@@ -1101,6 +1102,133 @@ async fn a_corrupt_state_is_never_backed_up() {
         .await
         .unwrap();
     assert!(backups.items.is_empty());
+}
+
+/// The value of `captf_state_backups_total` for TerraformClusters and
+/// `result`, 0 before the first count.
+fn cluster_backups(metrics: &str, result: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("captf_state_backups_total{")
+                && l.contains("kind=\"TerraformCluster\"")
+                && l.contains(&format!("result=\"{result}\""))
+        })
+        .map_or(0.0, |l| l.rsplit(' ').next().unwrap().parse().unwrap())
+}
+
+/// The serial of the state Secret of `suffix`, read without the manager's
+/// reader: gunzip and the document's `serial`.
+async fn state_serial(env: &Env, suffix: &str) -> (i64, Vec<u8>) {
+    use std::io::Read;
+    let secret = env
+        .secrets()
+        .get(&names::state_secret(suffix))
+        .await
+        .unwrap();
+    let tfstate = secret.data.unwrap()["tfstate"].0.clone();
+    let mut document = String::new();
+    flate2::read::GzDecoder::new(tfstate.as_slice())
+        .read_to_string(&mut document)
+        .unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&document).unwrap();
+    (doc["serial"].as_i64().unwrap(), tfstate)
+}
+
+#[tokio::test]
+async fn a_refused_backup_copy_is_retried_on_the_next_reconcile() {
+    let env = setup(MANAGER, "backup-retry", &[], &["--sync-period=10s"]).await;
+    let secrets = env.secrets();
+    let probe = async move || {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some("captf-state-backup-probe".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let dry_run = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        secrets.create(&dry_run, &secret).await.is_ok()
+    };
+    let refusal = Refusal::install(
+        &env.client,
+        &env.ns,
+        &["CREATE"],
+        "secrets",
+        "!object.metadata.name.startsWith('captf-state-backup-')",
+        probe,
+    )
+    .await;
+    env.cluster("c", NOOP, None).await;
+    within(&env, 240, "the cluster applied", || async {
+        env.cluster_status("c").await.filter(applied)
+    })
+    .await;
+    let suffix = env.suffix(Kind::Cluster, "c");
+    let (serial, tfstate) = state_serial(&env, &suffix).await;
+    assert!(serial >= 1);
+
+    // Two passes and more: every copy is refused, nothing of it stays, and
+    // the serial stays unobserved.
+    let until = tokio::time::Instant::now() + Duration::from_secs(25);
+    while tokio::time::Instant::now() < until {
+        let names: Vec<String> = env
+            .secrets()
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|s| s.name_any())
+            .filter(|n| n.starts_with("captf-state-backup-"))
+            .collect();
+        assert_eq!(names, Vec::<String>::new(), "no partial set");
+        let status = env.cluster_status("c").await.unwrap();
+        assert!(applied(&status), "{}", env.context());
+        let listed = status.state_backups.unwrap_or_default();
+        assert!(listed.is_empty(), "no backup listed: {listed:?}");
+        assert_ne!(status.observed_state_serial, Some(serial));
+        assert!(
+            env.events_about("StateBackedUp", Kind::Cluster, "c")
+                .await
+                .is_empty()
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let metrics = env.manager.metrics().await;
+    let skipped = cluster_backups(&metrics, "skipped");
+    assert!(skipped >= 2.0, "{metrics}");
+    assert_eq!(cluster_backups(&metrics, "taken"), 0.0, "{metrics}");
+    println!("refused copies counted as skipped: {skipped}");
+
+    // Once creates go through, a later pass takes the backup.
+    refusal.remove().await;
+    let status = within(&env, 60, "the backup taken", || async {
+        env.cluster_status("c")
+            .await
+            .filter(|s| s.observed_state_serial == Some(serial))
+    })
+    .await;
+    let backups = status.state_backups.unwrap();
+    assert_eq!(backups.len(), 1, "{backups:?}");
+    assert_eq!(backups[0].serial, serial);
+    let backup = env
+        .secrets()
+        .get(&names::backup_secret(&suffix, serial as u64))
+        .await
+        .unwrap();
+    assert_eq!(backup.data.unwrap()["tfstate"].0, tfstate);
+    assert_eq!(
+        env.events_about("StateBackedUp", Kind::Cluster, "c")
+            .await
+            .len(),
+        1
+    );
+    let metrics = env.manager.metrics().await;
+    assert_eq!(cluster_backups(&metrics, "taken"), 1.0, "{metrics}");
 }
 
 // ---- Restore (book: terraform-state.md "Restore") ----

@@ -5,6 +5,7 @@
 pub mod controlplane;
 pub mod executor;
 pub mod manager;
+pub mod refusal;
 pub mod scenario;
 
 pub use executor::{Executor, Images, ModuleImage};
