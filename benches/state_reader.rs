@@ -428,7 +428,6 @@ fn measure(way: &str, path: &std::path::Path) -> Figures {
     }
 }
 
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--child") {

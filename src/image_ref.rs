@@ -22,7 +22,9 @@ pub enum ImageRefError {
     NameTooLong,
     #[error("has an invalid registry host {0:?}")]
     Registry(String),
-    #[error("has an invalid repository path component {0:?} (lowercase letters, digits and separators . _ __ - only)")]
+    #[error(
+        "has an invalid repository path component {0:?} (lowercase letters, digits and separators . _ __ - only)"
+    )]
     PathComponent(String),
     #[error("has an invalid tag {0:?} (a word character, then up to 127 of [A-Za-z0-9_.-])")]
     Tag(String),
@@ -183,7 +185,11 @@ fn check_tag(tag: &str) -> Result<(), ImageRefError> {
     let ok = tag.len() <= 128
         && chars.next().is_some_and(word)
         && chars.all(|c| word(c) || c == '.' || c == '-');
-    if ok { Ok(()) } else { Err(ImageRefError::Tag(tag.to_string())) }
+    if ok {
+        Ok(())
+    } else {
+        Err(ImageRefError::Tag(tag.to_string()))
+    }
 }
 
 /// `algorithm:encoded`, algorithm `[a-z0-9]+(?:[.+_-][a-z0-9]+)*`, encoded
@@ -192,16 +198,26 @@ fn check_digest(digest: &str) -> Result<(), ImageRefError> {
     let bad = || ImageRefError::Digest(digest.to_string());
     let (algorithm, encoded) = digest.split_once(':').ok_or_else(bad)?;
     let algorithm_ok = !algorithm.is_empty()
-        && algorithm
-            .split(['.', '+', '_', '-'])
-            .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
-    let hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        && algorithm.split(['.', '+', '_', '-']).all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        });
+    let hex = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
     let encoded_ok = match algorithm {
         "sha256" => encoded.len() == 64 && hex(encoded),
         "sha512" => encoded.len() == 128 && hex(encoded),
         _ => encoded.len() >= 32 && encoded.bytes().all(|b| b.is_ascii_hexdigit()),
     };
-    if algorithm_ok && encoded_ok { Ok(()) } else { Err(bad()) }
+    if algorithm_ok && encoded_ok {
+        Ok(())
+    } else {
+        Err(bad())
+    }
 }
 
 #[cfg(test)]
@@ -214,11 +230,31 @@ mod tests {
     fn valid_references() {
         let table: &[(&str, &str, Option<&str>, bool)] = &[
             ("busybox", "busybox", None, false),
-            ("library/busybox:1.36", "library/busybox", Some("1.36"), false),
-            ("ghcr.io/captf-io/modules/noop:v0.1.0", "ghcr.io/captf-io/modules/noop", Some("v0.1.0"), false),
+            (
+                "library/busybox:1.36",
+                "library/busybox",
+                Some("1.36"),
+                false,
+            ),
+            (
+                "ghcr.io/captf-io/modules/noop:v0.1.0",
+                "ghcr.io/captf-io/modules/noop",
+                Some("v0.1.0"),
+                false,
+            ),
             ("localhost:5000/noop", "localhost:5000/noop", None, false),
-            ("localhost/noop:latest", "localhost/noop", Some("latest"), false),
-            ("registry.example.com:5000/a/b_c__d-e--f.g:tag_1.2-3", "registry.example.com:5000/a/b_c__d-e--f.g", Some("tag_1.2-3"), false),
+            (
+                "localhost/noop:latest",
+                "localhost/noop",
+                Some("latest"),
+                false,
+            ),
+            (
+                "registry.example.com:5000/a/b_c__d-e--f.g:tag_1.2-3",
+                "registry.example.com:5000/a/b_c__d-e--f.g",
+                Some("tag_1.2-3"),
+                false,
+            ),
             ("[::1]:5000/noop:1", "[::1]:5000/noop", Some("1"), false),
         ];
         for (input, name, tag, _) in table {
@@ -249,7 +285,10 @@ mod tests {
             ("-ghcr.io/x", "registry"),
             ("ghcr.io:port/x", "registry"),
             ("noop@sha256:abc", "digest"),
-            ("noop@sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef", "digest"),
+            (
+                "noop@sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef",
+                "digest",
+            ),
             ("noop@", "digest"),
             ("a b", "path component"),
             (&long, "255"),
@@ -263,7 +302,10 @@ mod tests {
     #[test]
     fn pinning_keeps_the_repository_and_drops_the_tag() {
         let parsed = ImageRef::parse("ghcr.io/x/noop:v1").unwrap();
-        assert_eq!(parsed.pinned(SHA).unwrap().to_string(), format!("ghcr.io/x/noop@{SHA}"));
+        assert_eq!(
+            parsed.pinned(SHA).unwrap().to_string(),
+            format!("ghcr.io/x/noop@{SHA}")
+        );
         assert!(parsed.pinned("sha256:short").is_err());
     }
 }

@@ -721,7 +721,10 @@ mod tests {
                     .or_else(|| word.strip_suffix("_total"))
                     .unwrap_or(word);
                 assert!(
-                    text.lines().any(|l| l.strip_prefix("# TYPE ").and_then(|l| l.split(' ').next()) == Some(family)),
+                    text.lines().any(|l| l
+                        .strip_prefix("# TYPE ")
+                        .and_then(|l| l.split(' ').next())
+                        == Some(family)),
                     "alert {} uses {word}, which is not registered",
                     rule["alert"]
                 );

@@ -16,8 +16,14 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 fn helm(args: &[&str]) -> String {
     let out = Command::new(binary("helm"))
         .args(args)
-        .env("HELM_CACHE_HOME", std::env::temp_dir().join("captf-helm-cache"))
-        .env("HELM_CONFIG_HOME", std::env::temp_dir().join("captf-helm-config"))
+        .env(
+            "HELM_CACHE_HOME",
+            std::env::temp_dir().join("captf-helm-cache"),
+        )
+        .env(
+            "HELM_CONFIG_HOME",
+            std::env::temp_dir().join("captf-helm-config"),
+        )
         .output()
         .expect("running helm");
     assert!(
@@ -49,7 +55,14 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 
 fn rendered() -> Vec<Value> {
     let chart = Path::new(ROOT).join("charts/captf");
-    documents(&helm(&["template", "captf", chart.to_str().unwrap(), "--namespace", "captf-system", "--include-crds"]))
+    documents(&helm(&[
+        "template",
+        "captf",
+        chart.to_str().unwrap(),
+        "--namespace",
+        "captf-system",
+        "--include-crds",
+    ]))
 }
 
 #[test]
@@ -69,21 +82,37 @@ fn chart_lints_and_says_what_config_says() {
         find(&leader, "Role", "captf-leader-election-role")["rules"]
     );
     let runner = config("config/rbac/runner_clusterrole.yaml");
-    assert_eq!(find(&docs, "ClusterRole", "captf-runner")["rules"], find(&runner, "ClusterRole", "captf-runner")["rules"]);
+    assert_eq!(
+        find(&docs, "ClusterRole", "captf-runner")["rules"],
+        find(&runner, "ClusterRole", "captf-runner")["rules"]
+    );
 
     let hooks = config("config/webhook/manifests.yaml");
     for (kind, name) in [
-        ("ValidatingWebhookConfiguration", "captf-validating-webhook-configuration"),
-        ("MutatingWebhookConfiguration", "captf-mutating-webhook-configuration"),
+        (
+            "ValidatingWebhookConfiguration",
+            "captf-validating-webhook-configuration",
+        ),
+        (
+            "MutatingWebhookConfiguration",
+            "captf-mutating-webhook-configuration",
+        ),
     ] {
-        assert_eq!(find(&docs, kind, name)["webhooks"], find(&hooks, kind, name)["webhooks"], "{name}");
+        assert_eq!(
+            find(&docs, kind, name)["webhooks"],
+            find(&hooks, kind, name)["webhooks"],
+            "{name}"
+        );
         assert_eq!(
             find(&docs, kind, name)["metadata"]["annotations"],
             find(&hooks, kind, name)["metadata"]["annotations"],
             "{name}"
         );
     }
-    let crds = docs.iter().filter(|d| d["kind"] == "CustomResourceDefinition").count();
+    let crds = docs
+        .iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .count();
     assert_eq!(crds, 7);
 }
 
@@ -100,17 +129,28 @@ async fn the_api_server_accepts_everything_the_chart_renders() {
     for doc in docs {
         let kind = doc["kind"].as_str().unwrap().to_string();
         // cert-manager is not installed on the test control plane.
-        if doc["apiVersion"].as_str().unwrap().starts_with("cert-manager.io/") || kind == "CustomResourceDefinition" {
+        if doc["apiVersion"]
+            .as_str()
+            .unwrap()
+            .starts_with("cert-manager.io/")
+            || kind == "CustomResourceDefinition"
+        {
             continue;
         }
         let object: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
         let types = object.types.clone().unwrap();
-        let (group, version) = types.api_version.split_once('/').unwrap_or(("", &types.api_version));
-        let (resource, caps) = kube::discovery::pinned_kind(&client, &GroupVersionKind::gvk(group, version, &kind))
-            .await
-            .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        let (group, version) = types
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &types.api_version));
+        let (resource, caps) =
+            kube::discovery::pinned_kind(&client, &GroupVersionKind::gvk(group, version, &kind))
+                .await
+                .unwrap_or_else(|e| panic!("{kind}: {e}"));
         let api: Api<DynamicObject> = match caps.scope {
-            kube::discovery::Scope::Namespaced => Api::namespaced_with(client.clone(), "default", &resource),
+            kube::discovery::Scope::Namespaced => {
+                Api::namespaced_with(client.clone(), "default", &resource)
+            }
             kube::discovery::Scope::Cluster => Api::all_with(client.clone(), &resource),
         };
         let name = object.metadata.name.clone().unwrap();

@@ -22,8 +22,6 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use kube::{Client, Resource};
 use serde_json::{Value, json};
 
-
-
 /// Applies the seven CRDs as committed under config/crd/bases (server-side,
 /// so every test may do it) and waits until the API server serves each.
 async fn install_crds(client: &Client) {

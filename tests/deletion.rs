@@ -456,6 +456,44 @@ async fn a_cluster_deleted_before_its_machines_waits_for_them() {
     );
 }
 
+/// A machine whose cluster went without it (its finalizer removed by hand)
+/// has no identity to resolve any more: its destroy uses the one its apply
+/// recorded in the durable inputs (ref §8.6).
+#[tokio::test]
+async fn a_machine_whose_cluster_is_gone_destroys_with_its_recorded_identity() {
+    let env = setup(MANAGER, "del-orphan", &[], &[]).await;
+    applied_pair(&env, None).await;
+    let inputs = env
+        .secrets()
+        .get(&names::inputs_secret(Kind::Machine, "m"))
+        .await
+        .unwrap();
+    assert_eq!(
+        inputs.annotations().get("captf.io/identity"),
+        Some(&env.identity),
+        "the apply recorded its identity"
+    );
+    let clusters = env.api::<TerraformCluster>();
+    clusters
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    env.delete::<TerraformCluster>("c").await;
+    env.wait_gone::<TerraformCluster>(30, "c").await;
+
+    let jobs = JobsSeen::watch(&env);
+    env.delete::<TerraformMachine>("m").await;
+    env.wait_gone::<TerraformMachine>(240, "m").await;
+    let destroyed = destroys(&jobs, Kind::Machine, "m");
+    assert_eq!(destroyed.len(), 1, "{destroyed:?}");
+    once(&env, "Destroyed", Kind::Machine, "m").await;
+    cleaned_up(&env, Kind::Machine, "m").await;
+}
+
 #[tokio::test]
 async fn a_corrupt_state_at_deletion_holds_until_restored_then_destroys() {
     let env = setup(MANAGER, "del-corrupt", &[], &[]).await;

@@ -15,15 +15,22 @@ use captf_testkit::controlplane;
 use captf_testkit::executor::{Executor, Images};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod, Secret};
-use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use kube::ResourceExt;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde_json::{Value, json};
 
 const NOOP: &str = "captf.test/modules/noop:dev";
 
 /// The steps that touch state carry -lock-timeout; the others never do
 /// (book: inside-the-job.md "Steps by operation").
-const STATE_TOUCHING: &[&str] = &["init", "plan", "apply", "destroy", "apply-refresh-only", "state-push"];
+const STATE_TOUCHING: &[&str] = &[
+    "init",
+    "plan",
+    "apply",
+    "destroy",
+    "apply-refresh-only",
+    "state-push",
+];
 
 struct Run {
     document: Value,
@@ -32,23 +39,49 @@ struct Run {
 
 impl Run {
     fn steps(&self) -> Vec<&str> {
-        self.document["steps"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect()
+        self.document["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap())
+            .collect()
     }
 
     fn args(&self, step: &str) -> Vec<&str> {
-        let s = self.document["steps"].as_array().unwrap().iter().find(|s| s["name"] == step).unwrap();
-        s["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect()
+        let s = self.document["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == step)
+            .unwrap();
+        s["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect()
     }
 
     /// Every step's -lock-timeout is the policy's, and only state-touching
     /// steps have one.
     fn check_lock_timeouts(&self, seconds: i64) {
         for step in self.steps() {
-            let with: Vec<&str> = self.args(step).into_iter().filter(|a| a.starts_with("-lock-timeout")).collect();
+            let with: Vec<&str> = self
+                .args(step)
+                .into_iter()
+                .filter(|a| a.starts_with("-lock-timeout"))
+                .collect();
             if STATE_TOUCHING.contains(&step) {
-                assert_eq!(with, [format!("-lock-timeout={seconds}s").as_str()], "step {step}");
+                assert_eq!(
+                    with,
+                    [format!("-lock-timeout={seconds}s").as_str()],
+                    "step {step}"
+                );
             } else {
-                assert!(with.is_empty(), "step {step} must not pass -lock-timeout: {with:?}");
+                assert!(
+                    with.is_empty(),
+                    "step {step} must not pass -lock-timeout: {with:?}"
+                );
             }
         }
     }
@@ -69,18 +102,33 @@ impl Fixture {
         let client = plane.client().await;
         captf_testkit::manager::install_runner_role(&client).await;
         let ns = captf_testkit::namespace(&client, "jobs").await;
-        rbac::ensure(&client, &ns, names::RUNNER_RBAC).await.expect("runner RBAC");
+        rbac::ensure(&client, &ns, names::RUNNER_RBAC)
+            .await
+            .expect("runner RBAC");
         // The Jobs need an owner; a ConfigMap stands in for the workload
         // object, which the reconcile tests cover.
         let owner = Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns)
-            .create(&PostParams::default(), &k8s_openapi::api::core::v1::ConfigMap {
-                metadata: ObjectMeta { name: Some("owner".into()), ..Default::default() },
-                ..Default::default()
-            })
+            .create(
+                &PostParams::default(),
+                &k8s_openapi::api::core::v1::ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some("owner".into()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+            )
             .await
             .unwrap();
         let executor = Executor::start_in(client.clone(), plane, Images::for_tests(), &ns).await;
-        Fixture { client, uid: owner.uid().unwrap(), ns, name: "m1".into(), executor, attempts: 0 }
+        Fixture {
+            client,
+            uid: owner.uid().unwrap(),
+            ns,
+            name: "m1".into(),
+            executor,
+            attempts: 0,
+        }
     }
 
     fn suffix(&self) -> String {
@@ -88,7 +136,13 @@ impl Fixture {
     }
 
     /// Builds, creates and waits for one Job of `op`.
-    async fn run(&mut self, op: Op, variables: Value, restore: Option<RestoreRequest<'_>>, lock_timeout: i64) -> Run {
+    async fn run(
+        &mut self,
+        op: Op,
+        variables: Value,
+        restore: Option<RestoreRequest<'_>>,
+        lock_timeout: i64,
+    ) -> Run {
         self.attempts += 1;
         let vars: captf::api::Variables = serde_json::from_value(variables).unwrap();
         let rendered = inputs::render(&InputsRequest {
@@ -101,7 +155,10 @@ impl Fixture {
             variables: Some(&vars),
         })
         .unwrap();
-        let policy = captf::api::JobPolicy { lock_timeout_seconds: Some(lock_timeout), ..Default::default() };
+        let policy = captf::api::JobPolicy {
+            lock_timeout_seconds: Some(lock_timeout),
+            ..Default::default()
+        };
         let settings = policy::resolve(Some(&policy), None);
         let attempt = NonZeroU32::new(self.attempts).unwrap();
         let hash6 = builder::hash6(&rendered.inputs_hash, op, attempt, 0);
@@ -130,7 +187,10 @@ impl Fixture {
             o.name = "owner".into();
         }
         let jobs = Api::<Job>::namespaced(self.client.clone(), &self.ns);
-        let job = jobs.create(&PostParams::default(), &built.job).await.unwrap();
+        let job = jobs
+            .create(&PostParams::default(), &built.job)
+            .await
+            .unwrap();
         builder::own_run_secret(&mut built.run_secret, &job).unwrap();
         Api::<Secret>::namespaced(self.client.clone(), &self.ns)
             .create(&PostParams::default(), &built.run_secret)
@@ -140,21 +200,46 @@ impl Fixture {
         let pods = Api::<Pod>::namespaced(self.client.clone(), &self.ns);
         let deadline = Instant::now() + Duration::from_secs(240);
         loop {
-            let list = pods.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}"))).await.unwrap();
+            let list = pods
+                .list(
+                    &ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}")),
+                )
+                .await
+                .unwrap();
             let terminated = list.items.iter().find_map(|p| {
-                p.status.as_ref()?.container_statuses.as_ref()?.iter().find(|c| c.name == "source")?.state.as_ref()?.terminated.clone()
+                p.status
+                    .as_ref()?
+                    .container_statuses
+                    .as_ref()?
+                    .iter()
+                    .find(|c| c.name == "source")?
+                    .state
+                    .as_ref()?
+                    .terminated
+                    .clone()
             });
             if let Some(terminated) = terminated {
                 let message = terminated.message.clone().unwrap_or_default();
-                let document: Value = serde_json::from_str(&message)
-                    .unwrap_or_else(|e| panic!("{op:?}: result document {message:?}: {e}\n{}", self.executor.log()));
+                let document: Value = serde_json::from_str(&message).unwrap_or_else(|e| {
+                    panic!(
+                        "{op:?}: result document {message:?}: {e}\n{}",
+                        self.executor.log()
+                    )
+                });
                 assert_eq!(terminated.exit_code, 0, "{op:?} failed: {document:#}");
                 assert!(message.len() <= 4096);
                 assert_eq!(document["operation"], op.as_str());
                 assert_eq!(document["job"], name.as_str());
-                return Run { document, terminated };
+                return Run {
+                    document,
+                    terminated,
+                };
             }
-            assert!(Instant::now() < deadline, "{op:?}: Job {name} never finished\n{}", self.executor.log());
+            assert!(
+                Instant::now() < deadline,
+                "{op:?}: Job {name} never finished\n{}",
+                self.executor.log()
+            );
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
     }
@@ -170,15 +255,27 @@ async fn every_operation_runs_its_steps_with_lock_timeout_on_exactly_the_state_t
     apply.check_lock_timeouts(300);
     assert!(apply.args("apply").contains(&"-auto-approve"));
     assert_eq!(apply.terminated.reason.as_deref(), Some("Completed"));
-    let state = secrets.get(&names::state_secret(&f.suffix())).await.expect("the state Secret");
+    let state = secrets
+        .get(&names::state_secret(&f.suffix()))
+        .await
+        .expect("the state Secret");
 
-    let refresh = f.run(Op::Refresh, json!({"size": "small"}), None, 120).await;
+    let refresh = f
+        .run(Op::Refresh, json!({"size": "small"}), None, 120)
+        .await;
     assert_eq!(refresh.steps(), ["init", "apply-refresh-only"]);
     refresh.check_lock_timeouts(120);
-    assert!(refresh.args("apply-refresh-only").contains(&"-refresh-only"));
+    assert!(
+        refresh
+            .args("apply-refresh-only")
+            .contains(&"-refresh-only")
+    );
 
     let drift = f.run(Op::Drift, json!({"size": "small"}), None, 120).await;
-    assert_eq!(drift.steps(), ["init", "apply-refresh-only", "plan", "show"]);
+    assert_eq!(
+        drift.steps(),
+        ["init", "apply-refresh-only", "plan", "show"]
+    );
     drift.check_lock_timeouts(120);
     assert!(drift.args("plan").contains(&"-refresh=false"));
 
@@ -190,21 +287,40 @@ async fn every_operation_runs_its_steps_with_lock_timeout_on_exactly_the_state_t
     // the apply left it.
     let backup = names::backup_secret(&f.suffix(), 1);
     secrets
-        .create(&PostParams::default(), &Secret {
-            metadata: ObjectMeta { name: Some(backup.clone()), ..Default::default() },
-            data: Some(BTreeMap::from([("tfstate".to_string(), state.data.unwrap()["tfstate"].clone())])),
-            ..Default::default()
-        })
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: ObjectMeta {
+                    name: Some(backup.clone()),
+                    ..Default::default()
+                },
+                data: Some(BTreeMap::from([(
+                    "tfstate".to_string(),
+                    state.data.unwrap()["tfstate"].clone(),
+                )])),
+                ..Default::default()
+            },
+        )
         .await
         .unwrap();
     let chunks = [backup];
     let restore = f
-        .run(Op::Restore, json!({"size": "small"}), Some(RestoreRequest { chunk_secrets: &chunks, resources: 1 }), 90)
+        .run(
+            Op::Restore,
+            json!({"size": "small"}),
+            Some(RestoreRequest {
+                chunk_secrets: &chunks,
+                resources: 1,
+            }),
+            90,
+        )
         .await;
     assert_eq!(restore.steps(), ["init", "state-push", "state-list"]);
     restore.check_lock_timeouts(90);
 
-    let destroy = f.run(Op::Destroy, json!({"size": "small"}), None, 300).await;
+    let destroy = f
+        .run(Op::Destroy, json!({"size": "small"}), None, 300)
+        .await;
     assert_eq!(destroy.steps(), ["init", "destroy"]);
     destroy.check_lock_timeouts(300);
 }

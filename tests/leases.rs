@@ -482,7 +482,6 @@ async fn a_pre_existing_runner_account_is_kept_as_it_is() {
     );
 }
 
-
 #[tokio::test]
 async fn a_built_job_is_accepted_owned_and_collected() {
     let client = client().await;

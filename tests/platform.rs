@@ -19,7 +19,11 @@ fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
             name: Some(name.into()),
             ..Default::default()
         },
-        data: Some(data.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        data: Some(
+            data.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
         ..Default::default()
     }
 }
@@ -29,9 +33,12 @@ async fn namespace_and_config_map_round_trip() {
     let client = controlplane::shared().client().await;
     let ns = captf_testkit::namespace(&client, "roundtrip").await;
     let maps: Api<ConfigMap> = Api::namespaced(client, &ns);
-    maps.create(&PostParams::default(), &config_map("greeting", &[("hello", "world")]))
-        .await
-        .unwrap();
+    maps.create(
+        &PostParams::default(),
+        &config_map("greeting", &[("hello", "world")]),
+    )
+    .await
+    .unwrap();
     let read = maps.get("greeting").await.unwrap();
     assert_eq!(read.metadata.namespace.as_deref(), Some(ns.as_str()));
     assert_eq!(
@@ -71,7 +78,10 @@ async fn job_controller_creates_a_pod() {
     .await;
     // No scheduler and no kubelet: the pod exists and stays Pending.
     let phase = pod.status.and_then(|s| s.phase);
-    assert!(phase.is_none() || phase.as_deref() == Some("Pending"), "{phase:?}");
+    assert!(
+        phase.is_none() || phase.as_deref() == Some("Pending"),
+        "{phase:?}"
+    );
     assert!(pod.metadata.name.unwrap().starts_with("sleeper-"));
 }
 
@@ -92,13 +102,17 @@ async fn garbage_collector_removes_dependents() {
         uid: owner.metadata.uid.clone().unwrap(),
         ..Default::default()
     }]);
-    maps.create(&PostParams::default(), &dependent).await.unwrap();
+    maps.create(&PostParams::default(), &dependent)
+        .await
+        .unwrap();
     // An unrelated ConfigMap must survive: the collector removes dependents only.
     maps.create(&PostParams::default(), &config_map("bystander", &[]))
         .await
         .unwrap();
 
-    maps.delete("owner", &DeleteParams::background()).await.unwrap();
+    maps.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
     eventually("the dependent to be collected", || async {
         match maps.get_opt("dependent").await {
             Ok(None) => Some(()),
@@ -122,11 +136,24 @@ async fn opentofu_kubernetes_backend_writes_state_and_holds_the_lock() {
     let home = work.path().join("home");
     std::fs::create_dir(&home).unwrap();
 
-    let config_path = format!("-backend-config=config_path={}", plane.kubeconfig().display());
+    let config_path = format!(
+        "-backend-config=config_path={}",
+        plane.kubeconfig().display()
+    );
     let namespace = format!("-backend-config=namespace={ns}");
     let secret_suffix = format!("-backend-config=secret_suffix={suffix}");
     run_ok(
-        tofu(work.path(), &home, &["init", "-no-color", &config_path, &namespace, &secret_suffix]),
+        tofu(
+            work.path(),
+            &home,
+            &[
+                "init",
+                "-no-color",
+                &config_path,
+                &namespace,
+                &secret_suffix,
+            ],
+        ),
         "tofu init",
     )
     .await;
@@ -134,7 +161,13 @@ async fn opentofu_kubernetes_backend_writes_state_and_holds_the_lock() {
     let apply = tofu(
         work.path(),
         &home,
-        &["apply", "-auto-approve", "-no-color", "-var=sleep_seconds=6", "-var=message=first"],
+        &[
+            "apply",
+            "-auto-approve",
+            "-no-color",
+            "-var=sleep_seconds=6",
+            "-var=message=first",
+        ],
     )
     .spawn()
     .unwrap();
@@ -165,23 +198,45 @@ async fn opentofu_kubernetes_backend_writes_state_and_holds_the_lock() {
     );
 
     let out = apply.wait_with_output().await.unwrap();
-    assert!(out.status.success(), "tofu apply: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "tofu apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let lease = leases.get(&lock_name).await.unwrap();
-    let holder = lease.spec.and_then(|s| s.holder_identity).unwrap_or_default();
-    assert!(holder.is_empty(), "the lock is released after the apply, held by {holder:?}");
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(
+        holder.is_empty(),
+        "the lock is released after the apply, held by {holder:?}"
+    );
 
     let secrets: Api<Secret> = Api::namespaced(client, &ns);
-    let state = secrets.get(&format!("tfstate-default-{suffix}")).await.unwrap();
+    let state = secrets
+        .get(&format!("tfstate-default-{suffix}"))
+        .await
+        .unwrap();
     let labels = state.metadata.labels.unwrap_or_default();
     for (key, value) in [
         ("tfstate", "true"),
         ("tfstateSecretSuffix", suffix),
         ("app.kubernetes.io/managed-by", "terraform"),
     ] {
-        assert_eq!(labels.get(key).map(String::as_str), Some(value), "label {key}: {labels:?}");
+        assert_eq!(
+            labels.get(key).map(String::as_str),
+            Some(value),
+            "label {key}: {labels:?}"
+        );
     }
-    let payload = state.data.unwrap().remove("tfstate").expect("data key tfstate").0;
+    let payload = state
+        .data
+        .unwrap()
+        .remove("tfstate")
+        .expect("data key tfstate")
+        .0;
     assert_eq!(&payload[..2], &[0x1f, 0x8b], "the payload is gzip");
     let mut json = String::new();
     flate2::read::GzDecoder::new(&payload[..])

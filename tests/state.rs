@@ -248,7 +248,6 @@ fn synthetic_state(
     (serde_json::to_string_pretty(&document).unwrap(), managed)
 }
 
-
 // ---------------------------------------------------------------------------
 // Real OpenTofu through the kubernetes backend.
 

@@ -38,7 +38,9 @@ fn fixtures() -> Vec<PathBuf> {
 /// accepts too: both are read here.
 fn decode_patch(response: &Value) -> Value {
     let bytes = match response.get("patch") {
-        Some(Value::String(b64)) => base64::engine::general_purpose::STANDARD.decode(b64).unwrap(),
+        Some(Value::String(b64)) => base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap(),
         Some(Value::Array(values)) => values
             .iter()
             .map(|v| u8::try_from(v.as_u64().unwrap()).unwrap())
@@ -75,15 +77,29 @@ fn contract_view(review: &Value) -> Value {
 #[tokio::test]
 async fn every_fixture_gets_its_expected_response() {
     let requests = fixtures();
-    assert!(requests.len() >= 40, "only {} fixtures found", requests.len());
+    assert!(
+        requests.len() >= 40,
+        "only {} fixtures found",
+        requests.len()
+    );
     let app = router(Arc::new(Webhooks::offline()));
     let mut failures = Vec::new();
     for request_path in &requests {
-        let name = request_path.file_name().unwrap().to_string_lossy().to_string();
-        let hook = if name.contains(".mutate.") { "/mutate" } else { "/validate" };
-        let response_path = request_path.with_file_name(name.replace(".request.json", ".response.json"));
+        let name = request_path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let hook = if name.contains(".mutate.") {
+            "/mutate"
+        } else {
+            "/validate"
+        };
+        let response_path =
+            request_path.with_file_name(name.replace(".request.json", ".response.json"));
         let body = std::fs::read(request_path).unwrap();
-        let expected: Value = serde_json::from_slice(&std::fs::read(&response_path).unwrap()).unwrap();
+        let expected: Value =
+            serde_json::from_slice(&std::fs::read(&response_path).unwrap()).unwrap();
 
         let response = app
             .clone()
@@ -95,18 +111,32 @@ async fn every_fixture_gets_its_expected_response() {
             )
             .await
             .unwrap();
-        assert_eq!(response.status(), StatusCode::OK, "{}", request_path.display());
+        assert_eq!(
+            response.status(),
+            StatusCode::OK,
+            "{}",
+            request_path.display()
+        );
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         let actual: Value = serde_json::from_slice(&bytes).unwrap();
         let (want, got) = (contract_view(&expected), contract_view(&actual));
         if want != got {
             failures.push(format!(
                 "{}\n  want {}\n  got  {}",
-                request_path.strip_prefix(env!("CARGO_MANIFEST_DIR")).unwrap().display(),
+                request_path
+                    .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+                    .unwrap()
+                    .display(),
                 want,
                 got
             ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} fixtures differ:\n{}", failures.len(), requests.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} fixtures differ:\n{}",
+        failures.len(),
+        requests.len(),
+        failures.join("\n")
+    );
 }

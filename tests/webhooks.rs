@@ -24,7 +24,8 @@ async fn setup() -> kube::Client {
     MANAGER
         .get_or_init(|| async {
             install_crds(&client).await;
-            let mut manager = Manager::start(plane, env!("CARGO_BIN_EXE_captf-manager").as_ref(), &[]);
+            let mut manager =
+                Manager::start(plane, env!("CARGO_BIN_EXE_captf-manager").as_ref(), &[]);
             manager.wait_ready().await;
             manager.register_webhooks(&client).await;
             std::sync::Mutex::new(manager)
@@ -36,7 +37,11 @@ async fn setup() -> kube::Client {
 fn api(client: &kube::Client, ns: &str, kind: &str) -> Api<DynamicObject> {
     let plural = format!("{}s", kind.to_lowercase());
     let gvk = GroupVersionKind::gvk(GROUP, "v1alpha1", kind);
-    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, &plural))
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, &plural),
+    )
 }
 
 fn object(kind: &str, name: &str, spec: Value) -> DynamicObject {
@@ -50,7 +55,13 @@ fn object(kind: &str, name: &str, spec: Value) -> DynamicObject {
 }
 
 /// Creates the object; `Err` carries the API server's message.
-async fn create(client: &kube::Client, ns: &str, kind: &str, name: &str, spec: Value) -> Result<DynamicObject, String> {
+async fn create(
+    client: &kube::Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    spec: Value,
+) -> Result<DynamicObject, String> {
     api(client, ns, kind)
         .create(&PostParams::default(), &object(kind, name, spec))
         .await
@@ -69,39 +80,88 @@ async fn lock_timeout_rule_in_every_jobs_policy() {
     let client = setup().await;
     let ns = captf_testkit::namespace(&client, "wh-lock").await;
     let refused = [
-        (json!({"lockTimeoutSeconds": 600, "activeDeadlineSeconds": 300}), "lockTimeoutSeconds 600, activeDeadlineSeconds 300"),
-        (json!({"lockTimeoutSeconds": 3600}), "lockTimeoutSeconds 3600, activeDeadlineSeconds 3600 by default"),
-        (json!({"activeDeadlineSeconds": 200}), "lockTimeoutSeconds 300 by default, activeDeadlineSeconds 200"),
+        (
+            json!({"lockTimeoutSeconds": 600, "activeDeadlineSeconds": 300}),
+            "lockTimeoutSeconds 600, activeDeadlineSeconds 300",
+        ),
+        (
+            json!({"lockTimeoutSeconds": 3600}),
+            "lockTimeoutSeconds 3600, activeDeadlineSeconds 3600 by default",
+        ),
+        (
+            json!({"activeDeadlineSeconds": 200}),
+            "lockTimeoutSeconds 300 by default, activeDeadlineSeconds 200",
+        ),
     ];
     for (i, (jobs, got)) in refused.iter().enumerate() {
         let message = format!(
             "spec.jobs.lockTimeoutSeconds: must be less than activeDeadlineSeconds, so that waiting for the state lock cannot use up the Job's deadline (got {got})"
         );
-        let err = create(&client, &ns, "TerraformMachine", &format!("m{i}"), machine_spec(jobs.clone()))
-            .await
-            .expect_err("refused");
+        let err = create(
+            &client,
+            &ns,
+            "TerraformMachine",
+            &format!("m{i}"),
+            machine_spec(jobs.clone()),
+        )
+        .await
+        .expect_err("refused");
         assert!(err.starts_with("422 "), "{err}");
         assert!(err.contains(&message), "{err}");
 
         let cluster = json!({"source": {"image": IMAGE}, "identityRef": {"name": "creds"}, "defaults": {"jobs": jobs}});
-        let err = create(&client, &ns, "TerraformCluster", &format!("c{i}"), cluster).await.expect_err("refused");
-        assert!(err.contains(&message.replace("spec.jobs.", "spec.defaults.jobs.")), "{err}");
+        let err = create(&client, &ns, "TerraformCluster", &format!("c{i}"), cluster)
+            .await
+            .expect_err("refused");
+        assert!(
+            err.contains(&message.replace("spec.jobs.", "spec.defaults.jobs.")),
+            "{err}"
+        );
 
         for kind in ["TerraformMachineTemplate", "TerraformMachinePoolTemplate"] {
             let template = json!({"template": {"spec": machine_spec(jobs.clone())}});
-            let err = create(&client, &ns, kind, &format!("t{i}"), template).await.expect_err("refused");
-            assert!(err.contains(&message.replace("spec.jobs.", "spec.template.spec.jobs.")), "{kind}: {err}");
+            let err = create(&client, &ns, kind, &format!("t{i}"), template)
+                .await
+                .expect_err("refused");
+            assert!(
+                err.contains(&message.replace("spec.jobs.", "spec.template.spec.jobs.")),
+                "{kind}: {err}"
+            );
         }
-        let template = json!({"template": {"spec": {"source": {"image": IMAGE}, "defaults": {"jobs": jobs}}}});
-        let err = create(&client, &ns, "TerraformClusterTemplate", &format!("t{i}"), template).await.expect_err("refused");
-        assert!(err.contains(&message.replace("spec.jobs.", "spec.template.spec.defaults.jobs.")), "{err}");
+        let template =
+            json!({"template": {"spec": {"source": {"image": IMAGE}, "defaults": {"jobs": jobs}}}});
+        let err = create(
+            &client,
+            &ns,
+            "TerraformClusterTemplate",
+            &format!("t{i}"),
+            template,
+        )
+        .await
+        .expect_err("refused");
+        assert!(
+            err.contains(&message.replace("spec.jobs.", "spec.template.spec.defaults.jobs.")),
+            "{err}"
+        );
     }
     let ok = json!({"lockTimeoutSeconds": 60, "activeDeadlineSeconds": 300});
-    create(&client, &ns, "TerraformMachine", "ok", machine_spec(ok.clone())).await.unwrap();
+    create(
+        &client,
+        &ns,
+        "TerraformMachine",
+        "ok",
+        machine_spec(ok.clone()),
+    )
+    .await
+    .unwrap();
     let cluster = json!({"source": {"image": IMAGE}, "identityRef": {"name": "creds"}, "defaults": {"jobs": ok.clone()}});
-    create(&client, &ns, "TerraformCluster", "ok", cluster).await.unwrap();
+    create(&client, &ns, "TerraformCluster", "ok", cluster)
+        .await
+        .unwrap();
     let template = json!({"template": {"spec": machine_spec(ok)}});
-    create(&client, &ns, "TerraformMachineTemplate", "ok", template).await.unwrap();
+    create(&client, &ns, "TerraformMachineTemplate", "ok", template)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -110,20 +170,44 @@ async fn restore_state_annotation() {
     let ns = captf_testkit::namespace(&client, "wh-restore").await;
     let machines = api(&client, &ns, "TerraformMachine");
     let with = |name: &str, value: &str| {
-        let mut o = object("TerraformMachine", name, json!({"source": {"image": IMAGE}}));
-        o.metadata.annotations = Some([("captf.io/restore-state".to_string(), value.to_string())].into());
+        let mut o = object(
+            "TerraformMachine",
+            name,
+            json!({"source": {"image": IMAGE}}),
+        );
+        o.metadata.annotations =
+            Some([("captf.io/restore-state".to_string(), value.to_string())].into());
         o
     };
-    machines.create(&PostParams::default(), &with("seven", "7")).await.expect("7 is accepted on create");
-    for (i, bad) in ["07", "-1", "abc", "", "18446744073709551616"].iter().enumerate() {
-        let err = machines.create(&PostParams::default(), &with(&format!("bad{i}"), bad)).await.expect_err(bad);
-        assert!(err.to_string().contains("captf.io/restore-state"), "{bad}: {err}");
+    machines
+        .create(&PostParams::default(), &with("seven", "7"))
+        .await
+        .expect("7 is accepted on create");
+    for (i, bad) in ["07", "-1", "abc", "", "18446744073709551616"]
+        .iter()
+        .enumerate()
+    {
+        let err = machines
+            .create(&PostParams::default(), &with(&format!("bad{i}"), bad))
+            .await
+            .expect_err(bad);
+        assert!(
+            err.to_string().contains("captf.io/restore-state"),
+            "{bad}: {err}"
+        );
     }
 
     // On update, the serial must be listed in status.stateBackups.
     let pools = api(&client, &ns, "TerraformMachinePool");
     pools
-        .create(&PostParams::default(), &object("TerraformMachinePool", "pool", json!({"source": {"image": IMAGE}})))
+        .create(
+            &PostParams::default(),
+            &object(
+                "TerraformMachinePool",
+                "pool",
+                json!({"source": {"image": IMAGE}}),
+            ),
+        )
         .await
         .unwrap();
     let status = json!({"status": {"stateBackups": [
@@ -133,14 +217,27 @@ async fn restore_state_annotation() {
         .patch_status("pool", &PatchParams::default(), &Patch::Merge(&status))
         .await
         .unwrap();
-    let annotate = |value: &str| json!({"metadata": {"annotations": {"captf.io/restore-state": value}}});
+    let annotate =
+        |value: &str| json!({"metadata": {"annotations": {"captf.io/restore-state": value}}});
     let err = pools
-        .patch("pool", &PatchParams::default(), &Patch::Merge(&annotate("9")))
+        .patch(
+            "pool",
+            &PatchParams::default(),
+            &Patch::Merge(&annotate("9")),
+        )
         .await
         .expect_err("9 is not listed");
-    assert!(err.to_string().contains("must name a serial listed in status.stateBackups (listed: 7, 5)"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("must name a serial listed in status.stateBackups (listed: 7, 5)"),
+        "{err}"
+    );
     pools
-        .patch("pool", &PatchParams::default(), &Patch::Merge(&annotate("5")))
+        .patch(
+            "pool",
+            &PatchParams::default(),
+            &Patch::Merge(&annotate("5")),
+        )
         .await
         .expect("5 is listed");
 }
@@ -149,10 +246,16 @@ async fn restore_state_annotation() {
 async fn defaulting_writes_exactly_the_contract_defaults_once() {
     let client = setup().await;
     let ns = captf_testkit::namespace(&client, "wh-defaults").await;
-    let machine = create(&client, &ns, "TerraformMachine", "m", json!({
-        "source": {"image": IMAGE},
-        "variablesFrom": [{"configMapRef": {"name": "vars"}}]
-    }))
+    let machine = create(
+        &client,
+        &ns,
+        "TerraformMachine",
+        "m",
+        json!({
+            "source": {"image": IMAGE},
+            "variablesFrom": [{"configMapRef": {"name": "vars"}}]
+        }),
+    )
     .await
     .unwrap();
     assert_eq!(
@@ -163,9 +266,15 @@ async fn defaulting_writes_exactly_the_contract_defaults_once() {
         }),
         "a machine without spec.jobs keeps none"
     );
-    let cluster = create(&client, &ns, "TerraformCluster", "c", json!({
-        "source": {"image": IMAGE}, "identityRef": {"name": "creds"}
-    }))
+    let cluster = create(
+        &client,
+        &ns,
+        "TerraformCluster",
+        "c",
+        json!({
+            "source": {"image": IMAGE}, "identityRef": {"name": "creds"}
+        }),
+    )
     .await
     .unwrap();
     assert_eq!(
@@ -181,7 +290,11 @@ async fn defaulting_writes_exactly_the_contract_defaults_once() {
     let clusters = api(&client, &ns, "TerraformCluster");
     let before = clusters.get("c").await.unwrap();
     let after = clusters
-        .patch("c", &PatchParams::default(), &Patch::Merge(&json!({"metadata": {"labels": {"touched": "yes"}}})))
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
         .await
         .unwrap();
     assert_eq!(before.data["spec"], after.data["spec"]);
@@ -203,7 +316,10 @@ async fn reserved_env_names_are_accepted_with_a_warning_kubectl_prints() {
     let file = dir.path().join("machine.json");
     std::fs::write(&file, manifest.to_string()).unwrap();
     let out = Command::new(binary("kubectl"))
-        .arg(format!("--kubeconfig={}", controlplane::shared().kubeconfig().display()))
+        .arg(format!(
+            "--kubeconfig={}",
+            controlplane::shared().kubeconfig().display()
+        ))
         .args(["apply", "-f"])
         .arg(&file)
         .output()
@@ -211,10 +327,15 @@ async fn reserved_env_names_are_accepted_with_a_warning_kubectl_prints() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("Warning: spec.jobs.env[0].name: \"TF_LOG\" begins with TF_ or KUBE_ and is dropped"),
+        stderr.contains(
+            "Warning: spec.jobs.env[0].name: \"TF_LOG\" begins with TF_ or KUBE_ and is dropped"
+        ),
         "{stderr}"
     );
-    assert!(stderr.contains("Warning: spec.jobs.env[1].name: \"KUBE_CONFIG\""), "{stderr}");
+    assert!(
+        stderr.contains("Warning: spec.jobs.env[1].name: \"KUBE_CONFIG\""),
+        "{stderr}"
+    );
     assert!(!stderr.contains("REGION"), "{stderr}");
 }
 
@@ -222,30 +343,55 @@ async fn reserved_env_names_are_accepted_with_a_warning_kubectl_prints() {
 async fn template_spec_is_immutable_except_for_dry_runs() {
     let client = setup().await;
     let ns = captf_testkit::namespace(&client, "wh-template").await;
-    create(&client, &ns, "TerraformMachineTemplate", "t", json!({"template": {"spec": {"source": {"image": IMAGE}}}}))
-        .await
-        .unwrap();
+    create(
+        &client,
+        &ns,
+        "TerraformMachineTemplate",
+        "t",
+        json!({"template": {"spec": {"source": {"image": IMAGE}}}}),
+    )
+    .await
+    .unwrap();
     let templates = api(&client, &ns, "TerraformMachineTemplate");
     let change = json!({"spec": {"template": {"spec": {"source": {"image": "ghcr.io/captf-io/modules/noop:v0.2.0"}}}}});
     let err = templates
         .patch("t", &PatchParams::default(), &Patch::Merge(&change))
         .await
         .expect_err("a changed template spec is refused");
-    assert!(err.to_string().contains("spec.template.spec: is immutable after creation"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("spec.template.spec: is immutable after creation"),
+        "{err}"
+    );
     // The ClusterClass controller's server-side dry run of the same change passes.
-    let dry_run = PatchParams { dry_run: true, ..PatchParams::default() };
-    templates.patch("t", &dry_run, &Patch::Merge(&change)).await.expect("a dry run is accepted");
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    templates
+        .patch("t", &dry_run, &Patch::Merge(&change))
+        .await
+        .expect("a dry run is accepted");
     let stored = templates.get("t").await.unwrap();
-    assert_eq!(stored.data["spec"]["template"]["spec"]["source"]["image"], IMAGE, "a dry run stores nothing");
+    assert_eq!(
+        stored.data["spec"]["template"]["spec"]["source"]["image"], IMAGE,
+        "a dry run stores nothing"
+    );
     // Metadata stays mutable.
     let labels = json!({"spec": {"template": {"metadata": {"labels": {"team": "b"}}}}});
-    templates.patch("t", &PatchParams::default(), &Patch::Merge(&labels)).await.expect("metadata is mutable");
+    templates
+        .patch("t", &PatchParams::default(), &Patch::Merge(&labels))
+        .await
+        .expect("metadata is mutable");
 }
 
 /// A client that impersonates `user` (the test admin may impersonate).
 async fn impersonating(user: &str) -> kube::Client {
-    let kubeconfig = kube::config::Kubeconfig::read_from(controlplane::shared().kubeconfig()).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(controlplane::shared().kubeconfig()).unwrap();
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
     config.auth_info.impersonate = Some(user.to_string());
     kube::Client::try_from(config).unwrap()
 }
@@ -278,7 +424,10 @@ fn identity(name: &str, secret_namespace: &str) -> DynamicObject {
 
 fn identities(client: &kube::Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(GROUP, "v1alpha1", "TerraformClusterIdentity");
-    Api::all_with(client.clone(), &ApiResource::from_gvk_with_plural(&gvk, "terraformclusteridentities"))
+    Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(&gvk, "terraformclusteridentities"),
+    )
 }
 
 #[tokio::test]
@@ -304,7 +453,9 @@ async fn an_identity_needs_a_creator_who_may_read_its_secret() {
         .create(&PostParams::default(), &identity("bobs", &ns))
         .await
         .expect_err("bob cannot read the Secret");
-    let kube::Error::Api(status) = &err else { panic!("{err}") };
+    let kube::Error::Api(status) = &err else {
+        panic!("{err}")
+    };
     assert_eq!(status.code, 403, "{err}");
     assert!(
         status.message.contains(&format!(
@@ -314,7 +465,10 @@ async fn an_identity_needs_a_creator_who_may_read_its_secret() {
     );
     // The admin may read every Secret, so may create it.
     identities(&client)
-        .create(&PostParams::default(), &identity(&format!("admins-{ns}"), &ns))
+        .create(
+            &PostParams::default(),
+            &identity(&format!("admins-{ns}"), &ns),
+        )
         .await
         .expect("the admin may");
 }
@@ -324,36 +478,78 @@ async fn an_identity_in_use_cannot_be_deleted() {
     let client = setup().await;
     let ns = captf_testkit::namespace(&client, "wh-inuse").await;
     let name = format!("used-{ns}");
-    identities(&client).create(&PostParams::default(), &identity(&name, &ns)).await.unwrap();
-    create(&client, &ns, "TerraformCluster", "user", json!({"source": {"image": IMAGE}, "identityRef": {"name": name}}))
+    identities(&client)
+        .create(&PostParams::default(), &identity(&name, &ns))
         .await
         .unwrap();
+    create(
+        &client,
+        &ns,
+        "TerraformCluster",
+        "user",
+        json!({"source": {"image": IMAGE}, "identityRef": {"name": name}}),
+    )
+    .await
+    .unwrap();
     let err = identities(&client)
         .delete(&name, &Default::default())
         .await
         .expect_err("in use");
-    assert!(err.to_string().contains(&format!("cannot be deleted while TerraformCluster {ns}/user uses it")), "{err}");
+    assert!(
+        err.to_string().contains(&format!(
+            "cannot be deleted while TerraformCluster {ns}/user uses it"
+        )),
+        "{err}"
+    );
 
     // A machine without its own ref uses its cluster's identity.
-    create(&client, &ns, "TerraformMachine", "worker", json!({"source": {"image": IMAGE}})).await.unwrap();
+    create(
+        &client,
+        &ns,
+        "TerraformMachine",
+        "worker",
+        json!({"source": {"image": IMAGE}}),
+    )
+    .await
+    .unwrap();
     let clusters = api(&client, &ns, "TerraformCluster");
     let label = json!({"metadata": {"labels": {"cluster.x-k8s.io/cluster-name": "c1"}}});
-    clusters.patch("user", &PatchParams::default(), &Patch::Merge(&label)).await.unwrap();
+    clusters
+        .patch("user", &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap();
     api(&client, &ns, "TerraformMachine")
         .patch("worker", &PatchParams::default(), &Patch::Merge(&label))
         .await
         .unwrap();
     let other = json!({"spec": {"identityRef": {"name": "someone-else"}, "defaults": {"identityRef": {"name": name}}}});
-    clusters.patch("user", &PatchParams::default(), &Patch::Merge(&other)).await.unwrap();
-    let err = identities(&client).delete(&name, &Default::default()).await.expect_err("used through defaults");
-    assert!(err.to_string().contains(&format!("TerraformMachine {ns}/worker uses it")), "{err}");
+    clusters
+        .patch("user", &PatchParams::default(), &Patch::Merge(&other))
+        .await
+        .unwrap();
+    let err = identities(&client)
+        .delete(&name, &Default::default())
+        .await
+        .expect_err("used through defaults");
+    assert!(
+        err.to_string()
+            .contains(&format!("TerraformMachine {ns}/worker uses it")),
+        "{err}"
+    );
 
-    api(&client, &ns, "TerraformMachine").delete("worker", &Default::default()).await.unwrap();
+    api(&client, &ns, "TerraformMachine")
+        .delete("worker", &Default::default())
+        .await
+        .unwrap();
     clusters.delete("user", &Default::default()).await.unwrap();
     // Never applied (no credentials Secret): the manager's finalizers go at
     // once, and the identity is unused once both are gone.
     for kind in ["TerraformMachine", "TerraformCluster"] {
-        let name = if kind == "TerraformCluster" { "user" } else { "worker" };
+        let name = if kind == "TerraformCluster" {
+            "user"
+        } else {
+            "worker"
+        };
         let objects = api(&client, &ns, kind);
         captf_testkit::eventually(&format!("{kind} {name} gone"), || async {
             objects.get_opt(name).await.unwrap().is_none().then_some(())
@@ -362,14 +558,31 @@ async fn an_identity_in_use_cannot_be_deleted() {
     }
     // A namespace still holding its credentials mirror keeps it too.
     let mirrored = json!({"status": {"namespaces": [ns]}});
-    identities(&client).patch_status(&name, &PatchParams::default(), &Patch::Merge(&mirrored)).await.unwrap();
-    let err = identities(&client).delete(&name, &Default::default()).await.expect_err("mirrored");
-    assert!(err.to_string().contains(&format!("namespaces hold its credentials mirror: {ns}")), "{err}");
     identities(&client)
-        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&json!({"status": {"namespaces": null}})))
+        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&mirrored))
         .await
         .unwrap();
-    identities(&client).delete(&name, &Default::default()).await.expect("unused now");
+    let err = identities(&client)
+        .delete(&name, &Default::default())
+        .await
+        .expect_err("mirrored");
+    assert!(
+        err.to_string()
+            .contains(&format!("namespaces hold its credentials mirror: {ns}")),
+        "{err}"
+    );
+    identities(&client)
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"namespaces": null}})),
+        )
+        .await
+        .unwrap();
+    identities(&client)
+        .delete(&name, &Default::default())
+        .await
+        .expect("unused now");
 }
 
 /// Just enough of Cluster API's Cluster and Machine for the delete rule.
@@ -397,7 +610,11 @@ async fn install_capi_crds(client: &kube::Client) {
 
 fn capi(client: &kube::Client, ns: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind);
-    Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk_with_plural(&gvk, plural))
+    Api::namespaced_with(
+        client.clone(),
+        ns,
+        &ApiResource::from_gvk_with_plural(&gvk, plural),
+    )
 }
 
 #[tokio::test]
@@ -408,9 +625,13 @@ async fn a_terraform_machine_goes_only_with_its_machine() {
     let clusters = capi(&client, &ns, "Cluster", "clusters");
     let machines = capi(&client, &ns, "Machine", "machines");
     clusters
-        .create(&PostParams::default(), &serde_json::from_value(json!({
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": {"name": "c1"}, "spec": {"paused": false}})).unwrap())
+            "metadata": {"name": "c1"}, "spec": {"paused": false}}))
+            .unwrap(),
+        )
         .await
         .unwrap();
     let owner = |name: &str, infra: &str| -> DynamicObject {
@@ -433,33 +654,82 @@ async fn a_terraform_machine_goes_only_with_its_machine() {
     };
     let tms = api(&client, &ns, "TerraformMachine");
 
-    let m1 = machines.create(&PostParams::default(), &owner("m1", "tm1")).await.unwrap();
-    tms.create(&PostParams::default(), &owned("tm1", &m1)).await.unwrap();
-    let err = tms.delete("tm1", &Default::default()).await.expect_err("its Machine lives");
-    assert!(err.to_string().contains("a TerraformMachine is deleted with its Machine: delete Machine \"m1\" instead"), "{err}");
+    let m1 = machines
+        .create(&PostParams::default(), &owner("m1", "tm1"))
+        .await
+        .unwrap();
+    tms.create(&PostParams::default(), &owned("tm1", &m1))
+        .await
+        .unwrap();
+    let err = tms
+        .delete("tm1", &Default::default())
+        .await
+        .expect_err("its Machine lives");
+    assert!(
+        err.to_string().contains(
+            "a TerraformMachine is deleted with its Machine: delete Machine \"m1\" instead"
+        ),
+        "{err}"
+    );
 
     // Once the Machine is deleting, its TerraformMachine may go.
     machines.delete("m1", &Default::default()).await.unwrap();
-    tms.delete("tm1", &Default::default()).await.expect("the Machine is deleting");
+    tms.delete("tm1", &Default::default())
+        .await
+        .expect("the Machine is deleting");
 
     // A Machine whose infrastructureRef names another object does not hold it.
-    let m2 = machines.create(&PostParams::default(), &owner("m2", "someone-else")).await.unwrap();
-    tms.create(&PostParams::default(), &owned("tm2", &m2)).await.unwrap();
-    tms.delete("tm2", &Default::default()).await.expect("the owner check fails, so it does not block");
-
-    // clusterctl move: delete-for-move is honored only while the Cluster is paused.
-    let m3 = machines.create(&PostParams::default(), &owner("m3", "tm3")).await.unwrap();
-    let mut tm3 = owned("tm3", &m3);
-    tm3.metadata.annotations = Some([("clusterctl.cluster.x-k8s.io/delete-for-move".to_string(), String::new())].into());
-    tms.create(&PostParams::default(), &tm3).await.unwrap();
-    tms.delete("tm3", &Default::default()).await.expect_err("the Cluster is not paused");
-    clusters
-        .patch("c1", &PatchParams::default(), &Patch::Merge(&json!({"spec": {"paused": true}})))
+    let m2 = machines
+        .create(&PostParams::default(), &owner("m2", "someone-else"))
         .await
         .unwrap();
-    tms.delete("tm3", &Default::default()).await.expect("moving a paused Cluster");
+    tms.create(&PostParams::default(), &owned("tm2", &m2))
+        .await
+        .unwrap();
+    tms.delete("tm2", &Default::default())
+        .await
+        .expect("the owner check fails, so it does not block");
+
+    // clusterctl move: delete-for-move is honored only while the Cluster is paused.
+    let m3 = machines
+        .create(&PostParams::default(), &owner("m3", "tm3"))
+        .await
+        .unwrap();
+    let mut tm3 = owned("tm3", &m3);
+    tm3.metadata.annotations = Some(
+        [(
+            "clusterctl.cluster.x-k8s.io/delete-for-move".to_string(),
+            String::new(),
+        )]
+        .into(),
+    );
+    tms.create(&PostParams::default(), &tm3).await.unwrap();
+    tms.delete("tm3", &Default::default())
+        .await
+        .expect_err("the Cluster is not paused");
+    clusters
+        .patch(
+            "c1",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"paused": true}})),
+        )
+        .await
+        .unwrap();
+    tms.delete("tm3", &Default::default())
+        .await
+        .expect("moving a paused Cluster");
 
     // Without a Machine owner there is nothing to wait for.
-    create(&client, &ns, "TerraformMachine", "orphan", json!({"source": {"image": IMAGE}})).await.unwrap();
-    tms.delete("orphan", &Default::default()).await.expect("no owner");
+    create(
+        &client,
+        &ns,
+        "TerraformMachine",
+        "orphan",
+        json!({"source": {"image": IMAGE}}),
+    )
+    .await
+    .unwrap();
+    tms.delete("orphan", &Default::default())
+        .await
+        .expect("no owner");
 }

@@ -26,7 +26,9 @@ pub struct JobEnd {
 pub fn job_end(job: &Job) -> Option<JobEnd> {
     let status = job.status.as_ref()?;
     let conditions = status.conditions.as_deref().unwrap_or_default();
-    let end = conditions.iter().find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")?;
+    let end = conditions
+        .iter()
+        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")?;
     let at = end
         .last_transition_time
         .as_ref()
@@ -81,7 +83,12 @@ fn truncate(mut s: String, max: usize) -> String {
 
 /// Accounts a finished Job: `terminated` is its runner container's final
 /// state, when a pod ran.
-pub fn account(job: &str, op: Op, end: &JobEnd, terminated: Option<&ContainerStateTerminated>) -> Accounted {
+pub fn account(
+    job: &str,
+    op: Op,
+    end: &JobEnd,
+    terminated: Option<&ContainerStateTerminated>,
+) -> Accounted {
     let document: Option<RunResult> = terminated
         .and_then(|t| t.message.as_deref())
         .filter(|m| !m.trim().is_empty())
@@ -102,10 +109,17 @@ pub fn account(job: &str, op: Op, end: &JobEnd, terminated: Option<&ContainerSta
     } else {
         let summary = match terminated {
             Some(_) if oom => "the runner was killed: OOMKilled (memory limit reached)".to_string(),
-            Some(t) => format!("the runner exited {} without a result document", t.exit_code),
+            Some(t) => format!(
+                "the runner exited {} without a result document",
+                t.exit_code
+            ),
             None => "the Job failed before its runner ran".to_string(),
         };
-        Some(RunError { kind: RunErrorKind::Step, step: None, summary: Some(summary) })
+        Some(RunError {
+            kind: RunErrorKind::Step,
+            step: None,
+            summary: Some(summary),
+        })
     };
     let error = error.map(|mut e| {
         e.summary = e.summary.map(|s| truncate(s, MAX_SUMMARY));
@@ -121,7 +135,9 @@ pub fn account(job: &str, op: Op, end: &JobEnd, terminated: Option<&ContainerSta
                 .map(|s| RunStep {
                     name: truncate(s.name.clone(), 64),
                     exit_code: s.exit_code,
-                    duration_milliseconds: Some(i64::try_from(s.duration_milliseconds).unwrap_or(i64::MAX)),
+                    duration_milliseconds: Some(
+                        i64::try_from(s.duration_milliseconds).unwrap_or(i64::MAX),
+                    ),
                 })
                 .collect()
         })
@@ -161,7 +177,9 @@ pub fn account(job: &str, op: Op, end: &JobEnd, terminated: Option<&ContainerSta
         succeeded: end.succeeded,
         counts_for_backoff,
         condition,
-        runtime_version: document.and_then(|d| d.runtime_version).filter(|v| !v.is_empty() && v.len() <= 64),
+        runtime_version: document
+            .and_then(|d| d.runtime_version)
+            .filter(|v| !v.is_empty() && v.len() <= 64),
         error_kind,
     }
 }
@@ -181,32 +199,77 @@ fn condition(op: Op, end: &JobEnd, error: Option<&RunError>, job: &str) -> Cond 
             };
             if end.succeeded {
                 if op == Op::Plan {
-                    Cond::new(APPLY_JOB_SUCCEEDED, Status::Unknown, "PlanAwaitingApproval", format!("plan Job {job} finished"))
+                    Cond::new(
+                        APPLY_JOB_SUCCEEDED,
+                        Status::Unknown,
+                        "PlanAwaitingApproval",
+                        format!("plan Job {job} finished"),
+                    )
                 } else {
-                    Cond::new(APPLY_JOB_SUCCEEDED, Status::True, ok, format!("Job {job} succeeded"))
+                    Cond::new(
+                        APPLY_JOB_SUCCEEDED,
+                        Status::True,
+                        ok,
+                        format!("Job {job} succeeded"),
+                    )
                 }
             } else if end.deadline {
-                Cond::new(APPLY_JOB_SUCCEEDED, Status::False, "JobDeadlineExceeded", failed_message)
+                Cond::new(
+                    APPLY_JOB_SUCCEEDED,
+                    Status::False,
+                    "JobDeadlineExceeded",
+                    failed_message,
+                )
             } else if image_layout {
-                Cond::new(APPLY_JOB_SUCCEEDED, Status::False, "ImageInvalid", failed_message)
+                Cond::new(
+                    APPLY_JOB_SUCCEEDED,
+                    Status::False,
+                    "ImageInvalid",
+                    failed_message,
+                )
             } else {
                 Cond::new(APPLY_JOB_SUCCEEDED, Status::False, failed, failed_message)
             }
         }
         Op::Refresh | Op::Drift => {
             if end.succeeded {
-                Cond::new(DRIFT_JOB_SUCCEEDED, Status::True, "DriftChecked", format!("Job {job} succeeded"))
+                Cond::new(
+                    DRIFT_JOB_SUCCEEDED,
+                    Status::True,
+                    "DriftChecked",
+                    format!("Job {job} succeeded"),
+                )
             } else if end.deadline {
-                Cond::new(DRIFT_JOB_SUCCEEDED, Status::False, "DriftJobDeadlineExceeded", failed_message)
+                Cond::new(
+                    DRIFT_JOB_SUCCEEDED,
+                    Status::False,
+                    "DriftJobDeadlineExceeded",
+                    failed_message,
+                )
             } else {
-                Cond::new(DRIFT_JOB_SUCCEEDED, Status::False, "DriftJobFailed", failed_message)
+                Cond::new(
+                    DRIFT_JOB_SUCCEEDED,
+                    Status::False,
+                    "DriftJobFailed",
+                    failed_message,
+                )
             }
         }
         Op::Restore => {
             if end.succeeded {
-                Cond::new(RESTORE_JOB_SUCCEEDED, Status::True, "StateRestored", format!("Job {job} succeeded"))
+                Cond::new(
+                    RESTORE_JOB_SUCCEEDED,
+                    Status::True,
+                    "StateRestored",
+                    format!("Job {job} succeeded"),
+                )
             } else {
-                Cond::new(RESTORE_JOB_SUCCEEDED, Status::False, "RestoreFailed", failed_message)
+                Cond::new(
+                    RESTORE_JOB_SUCCEEDED,
+                    Status::False,
+                    "RestoreFailed",
+                    failed_message,
+                )
             }
         }
     }
@@ -217,7 +280,11 @@ mod tests {
     use super::*;
 
     fn end(succeeded: bool, deadline: bool) -> JobEnd {
-        JobEnd { succeeded, deadline, at: Timestamp::from_second(1).unwrap() }
+        JobEnd {
+            succeeded,
+            deadline,
+            at: Timestamp::from_second(1).unwrap(),
+        }
     }
 
     fn term(exit: i32, reason: &str, message: &str) -> ContainerStateTerminated {
@@ -234,19 +301,126 @@ mod tests {
 
     #[test]
     fn outcomes() {
-        let table: Vec<(&str, Op, JobEnd, Option<ContainerStateTerminated>, bool, &str, Option<&str>, bool)> = vec![
-            ("apply ok", Op::Apply, end(true, false), Some(term(0, "Completed", OK_DOC)), true, "ApplySucceeded", None, false),
-            ("apply step failure", Op::Apply, end(false, false), Some(term(1, "Error", FAILED_DOC)), false, "ApplyFailed", Some("step"), true),
-            ("oom, no document", Op::Apply, end(false, false), Some(term(137, "OOMKilled", "")), false, "ApplyFailed", Some("step"), true),
-            ("deadline", Op::Apply, end(false, true), None, false, "JobDeadlineExceeded", Some("deadline"), true),
-            ("destroy failure", Op::Destroy, end(false, false), Some(term(1, "Error", FAILED_DOC)), false, "DestroyFailed", Some("step"), true),
-            ("drift ok", Op::Drift, end(true, false), Some(term(0, "Completed", OK_DOC)), true, "DriftChecked", None, false),
-            ("restore failure", Op::Restore, end(false, false), None, false, "RestoreFailed", Some("step"), true),
-            ("interrupted", Op::Apply, end(false, false),
-                Some(term(1, "Error", r#"{"operation":"apply","error":{"kind":"interrupted","summary":"SIGTERM"}}"#)), false, "ApplyFailed", Some("interrupted"), false),
-            ("image layout", Op::Apply, end(false, false),
-                Some(term(1, "Error", r#"{"operation":"apply","error":{"kind":"image-layout","summary":"no module"}}"#)), false, "ImageInvalid", Some("image-layout"), true),
-            ("garbage message", Op::Apply, end(false, false), Some(term(1, "Error", "not json")), false, "ApplyFailed", Some("step"), true),
+        // (case, op, job end, runner container, succeeded, reason, failure kind, failure event)
+        type Row = (
+            &'static str,
+            Op,
+            JobEnd,
+            Option<ContainerStateTerminated>,
+            bool,
+            &'static str,
+            Option<&'static str>,
+            bool,
+        );
+        let table: Vec<Row> = vec![
+            (
+                "apply ok",
+                Op::Apply,
+                end(true, false),
+                Some(term(0, "Completed", OK_DOC)),
+                true,
+                "ApplySucceeded",
+                None,
+                false,
+            ),
+            (
+                "apply step failure",
+                Op::Apply,
+                end(false, false),
+                Some(term(1, "Error", FAILED_DOC)),
+                false,
+                "ApplyFailed",
+                Some("step"),
+                true,
+            ),
+            (
+                "oom, no document",
+                Op::Apply,
+                end(false, false),
+                Some(term(137, "OOMKilled", "")),
+                false,
+                "ApplyFailed",
+                Some("step"),
+                true,
+            ),
+            (
+                "deadline",
+                Op::Apply,
+                end(false, true),
+                None,
+                false,
+                "JobDeadlineExceeded",
+                Some("deadline"),
+                true,
+            ),
+            (
+                "destroy failure",
+                Op::Destroy,
+                end(false, false),
+                Some(term(1, "Error", FAILED_DOC)),
+                false,
+                "DestroyFailed",
+                Some("step"),
+                true,
+            ),
+            (
+                "drift ok",
+                Op::Drift,
+                end(true, false),
+                Some(term(0, "Completed", OK_DOC)),
+                true,
+                "DriftChecked",
+                None,
+                false,
+            ),
+            (
+                "restore failure",
+                Op::Restore,
+                end(false, false),
+                None,
+                false,
+                "RestoreFailed",
+                Some("step"),
+                true,
+            ),
+            (
+                "interrupted",
+                Op::Apply,
+                end(false, false),
+                Some(term(
+                    1,
+                    "Error",
+                    r#"{"operation":"apply","error":{"kind":"interrupted","summary":"SIGTERM"}}"#,
+                )),
+                false,
+                "ApplyFailed",
+                Some("interrupted"),
+                false,
+            ),
+            (
+                "image layout",
+                Op::Apply,
+                end(false, false),
+                Some(term(
+                    1,
+                    "Error",
+                    r#"{"operation":"apply","error":{"kind":"image-layout","summary":"no module"}}"#,
+                )),
+                false,
+                "ImageInvalid",
+                Some("image-layout"),
+                true,
+            ),
+            (
+                "garbage message",
+                Op::Apply,
+                end(false, false),
+                Some(term(1, "Error", "not json")),
+                false,
+                "ApplyFailed",
+                Some("step"),
+                true,
+            ),
         ];
         for (what, op, e, t, ok, reason, kind, backoff) in table {
             let a = account("job-x", op, &e, t.as_ref());
@@ -260,13 +434,36 @@ mod tests {
 
     #[test]
     fn steps_and_summary_reach_last_run() {
-        let a = account("j", Op::Apply, &end(false, false), Some(&term(1, "Error", FAILED_DOC)));
+        let a = account(
+            "j",
+            Op::Apply,
+            &end(false, false),
+            Some(&term(1, "Error", FAILED_DOC)),
+        );
         let steps = a.last_run.steps.unwrap();
-        assert_eq!(steps.iter().map(|s| (s.name.as_str(), s.exit_code)).collect::<Vec<_>>(), [("init", 0), ("apply", 1)]);
+        assert_eq!(
+            steps
+                .iter()
+                .map(|s| (s.name.as_str(), s.exit_code))
+                .collect::<Vec<_>>(),
+            [("init", 0), ("apply", 1)]
+        );
         let error = a.last_run.error.unwrap();
-        assert_eq!((error.kind, error.step.as_deref(), error.summary.as_deref()), (RunErrorKind::Step, Some("apply"), Some("Error: boom")));
-        assert!(a.condition.message.contains("step apply: Error: boom"), "{}", a.condition.message);
-        let ok = account("j", Op::Apply, &end(true, false), Some(&term(0, "Completed", OK_DOC)));
+        assert_eq!(
+            (error.kind, error.step.as_deref(), error.summary.as_deref()),
+            (RunErrorKind::Step, Some("apply"), Some("Error: boom"))
+        );
+        assert!(
+            a.condition.message.contains("step apply: Error: boom"),
+            "{}",
+            a.condition.message
+        );
+        let ok = account(
+            "j",
+            Op::Apply,
+            &end(true, false),
+            Some(&term(0, "Completed", OK_DOC)),
+        );
         assert_eq!(ok.runtime_version.as_deref(), Some("1.12.6"));
         assert_eq!(ok.last_run.error, None);
     }

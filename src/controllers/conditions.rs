@@ -65,8 +65,18 @@ pub struct Cond {
 }
 
 impl Cond {
-    pub fn new(type_: &'static str, status: Status, reason: &'static str, message: impl Into<String>) -> Cond {
-        Cond { type_, status, reason, message: message.into() }
+    pub fn new(
+        type_: &'static str,
+        status: Status,
+        reason: &'static str,
+        message: impl Into<String>,
+    ) -> Cond {
+        Cond {
+            type_,
+            status,
+            reason,
+            message: message.into(),
+        }
     }
 }
 
@@ -82,7 +92,12 @@ pub struct Transition {
 
 /// Sets `cond` in `conditions`, keeping lastTransitionTime unless the status
 /// changes, and reports a transition of status or reason.
-pub fn set(conditions: &mut Vec<Condition>, cond: Cond, generation: Option<i64>, now: Timestamp) -> Option<Transition> {
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    cond: Cond,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Option<Transition> {
     let existing = conditions.iter_mut().find(|c| c.type_ == cond.type_);
     match existing {
         Some(c) => {
@@ -112,7 +127,12 @@ pub fn set(conditions: &mut Vec<Condition>, cond: Cond, generation: Option<i64>,
                 last_transition_time: Time(now),
                 observed_generation: generation,
             });
-            Some(Transition { type_: cond.type_, from: None, to: cond.status, reason: cond.reason })
+            Some(Transition {
+                type_: cond.type_,
+                from: None,
+                to: cond.status,
+                reason: cond.reason,
+            })
         }
     }
 }
@@ -133,7 +153,12 @@ pub fn ready(conditions: &[Condition]) -> Cond {
     for type_ in READY_INPUTS {
         match conditions.iter().find(|c| c.type_ == type_) {
             Some(c) if c.status == "False" => {
-                return Cond::new(READY, Status::False, "NotReady", format!("{type_} is False: {}", c.reason));
+                return Cond::new(
+                    READY,
+                    Status::False,
+                    "NotReady",
+                    format!("{type_} is False: {}", c.reason),
+                );
             }
             Some(c) if c.status == "True" => {}
             Some(c) => {
@@ -161,19 +186,44 @@ mod tests {
     #[test]
     fn set_reports_transitions_of_status_or_reason_only() {
         let mut cs = Vec::new();
-        let t = set(&mut cs, Cond::new(STATE_READABLE, Status::Unknown, "StateNotFound", "a"), Some(1), at(10));
+        let t = set(
+            &mut cs,
+            Cond::new(STATE_READABLE, Status::Unknown, "StateNotFound", "a"),
+            Some(1),
+            at(10),
+        );
         assert_eq!(t.map(|t| t.from), Some(None));
         // Same status and reason, new message: no transition, time kept.
-        assert_eq!(set(&mut cs, Cond::new(STATE_READABLE, Status::Unknown, "StateNotFound", "b"), Some(2), at(20)), None);
+        assert_eq!(
+            set(
+                &mut cs,
+                Cond::new(STATE_READABLE, Status::Unknown, "StateNotFound", "b"),
+                Some(2),
+                at(20)
+            ),
+            None
+        );
         assert_eq!(cs[0].message, "b");
         assert_eq!(cs[0].observed_generation, Some(2));
         assert_eq!(cs[0].last_transition_time, Time(at(10)));
         // New reason, same status: a transition, time kept.
-        let t = set(&mut cs, Cond::new(STATE_READABLE, Status::Unknown, "Other", ""), None, at(30)).unwrap();
+        let t = set(
+            &mut cs,
+            Cond::new(STATE_READABLE, Status::Unknown, "Other", ""),
+            None,
+            at(30),
+        )
+        .unwrap();
         assert_eq!(t.from, Some((Status::Unknown, "StateNotFound".to_string())));
         assert_eq!(cs[0].last_transition_time, Time(at(10)));
         // New status: the time moves.
-        set(&mut cs, Cond::new(STATE_READABLE, Status::True, "StateRead", ""), None, at(40)).unwrap();
+        set(
+            &mut cs,
+            Cond::new(STATE_READABLE, Status::True, "StateRead", ""),
+            None,
+            at(40),
+        )
+        .unwrap();
         assert_eq!(cs[0].last_transition_time, Time(at(40)));
         assert_eq!(cs.len(), 1);
     }
@@ -191,8 +241,18 @@ mod tests {
         assert_eq!(ready(&all(Status::Unknown)).status, Status::Unknown);
         assert_eq!(ready(&[]).status, Status::Unknown);
         let mut cs = all(Status::True);
-        set(&mut cs, Cond::new(APPLY_JOB_SUCCEEDED, Status::False, "ApplyFailed", ""), None, at(2));
-        set(&mut cs, Cond::new(IDENTITY_ALLOWED, Status::Unknown, "X", ""), None, at(2));
+        set(
+            &mut cs,
+            Cond::new(APPLY_JOB_SUCCEEDED, Status::False, "ApplyFailed", ""),
+            None,
+            at(2),
+        );
+        set(
+            &mut cs,
+            Cond::new(IDENTITY_ALLOWED, Status::Unknown, "X", ""),
+            None,
+            at(2),
+        );
         let r = ready(&cs);
         assert_eq!((r.status, r.reason), (Status::False, "NotReady"));
         assert!(r.message.contains("ApplyJobSucceeded"), "{}", r.message);

@@ -12,8 +12,8 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
 use kube::core::{Selector, SelectorExt};
 use sha2::{Digest, Sha256};
 
-use super::conditions::{CREDENTIALS_MIRRORED, Cond, IDENTITY_ALLOWED, Status};
 use super::Error;
+use super::conditions::{CREDENTIALS_MIRRORED, Cond, IDENTITY_ALLOWED, Status};
 use crate::api::{AllowedNamespaces, TerraformCluster, TerraformClusterIdentity, WorkspaceSpec};
 use crate::jobs::MANAGED_LABEL;
 use crate::names;
@@ -25,10 +25,17 @@ const IDENTITY_ANNOTATION: &str = "captf.io/identity";
 /// The identity an object resolves to (ref §1.3): its own identityRef; for a
 /// machine or pool, then its cluster's spec.defaults.identityRef, then the
 /// cluster's identityRef.
-pub fn identity_name<'a>(own: &'a WorkspaceSpec, cluster: Option<&'a TerraformCluster>) -> Option<&'a str> {
+pub fn identity_name<'a>(
+    own: &'a WorkspaceSpec,
+    cluster: Option<&'a TerraformCluster>,
+) -> Option<&'a str> {
     own.identity_ref
         .as_ref()
-        .or_else(|| cluster.and_then(|c| c.spec.defaults.as_ref()).and_then(|d| d.identity_ref.as_ref()))
+        .or_else(|| {
+            cluster
+                .and_then(|c| c.spec.defaults.as_ref())
+                .and_then(|d| d.identity_ref.as_ref())
+        })
         .or_else(|| cluster.and_then(|c| c.spec.workspace.identity_ref.as_ref()))
         .map(|r| r.name.as_str())
 }
@@ -36,12 +43,23 @@ pub fn identity_name<'a>(own: &'a WorkspaceSpec, cluster: Option<&'a TerraformCl
 /// Whether `allowed` lets a namespace with these labels use the identity:
 /// unset allows none, the list and the selector are ORed, and an empty
 /// selector allows every namespace.
-pub fn namespace_allowed(allowed: Option<&AllowedNamespaces>, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+pub fn namespace_allowed(
+    allowed: Option<&AllowedNamespaces>,
+    namespace: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
     let Some(allowed) = allowed else { return false };
-    if allowed.list.as_ref().is_some_and(|l| l.iter().any(|n| n == namespace)) {
+    if allowed
+        .list
+        .as_ref()
+        .is_some_and(|l| l.iter().any(|n| n == namespace))
+    {
         return true;
     }
-    allowed.selector.as_ref().is_some_and(|s| selector_matches(s, labels))
+    allowed
+        .selector
+        .as_ref()
+        .is_some_and(|s| selector_matches(s, labels))
 }
 
 fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
@@ -75,7 +93,12 @@ pub struct Credentials {
 }
 
 fn pending(message: &str) -> Cond {
-    Cond::new(CREDENTIALS_MIRRORED, Status::Unknown, "MirrorPending", message)
+    Cond::new(
+        CREDENTIALS_MIRRORED,
+        Status::Unknown,
+        "MirrorPending",
+        message,
+    )
 }
 
 /// Resolves the identity and writes the mirror. API errors while reading
@@ -89,7 +112,12 @@ pub async fn ensure(
     let Some(identity) = identity else {
         return Ok(Credentials {
             identity: None,
-            allowed: Cond::new(IDENTITY_ALLOWED, Status::False, "IdentityNotFound", "no identityRef: set spec.identityRef (or the cluster's)"),
+            allowed: Cond::new(
+                IDENTITY_ALLOWED,
+                Status::False,
+                "IdentityNotFound",
+                "no identityRef: set spec.identityRef (or the cluster's)",
+            ),
             mirrored: pending("waiting for an allowed identity"),
         });
     };
@@ -97,16 +125,29 @@ pub async fn ensure(
     let Some(found) = identities.get_opt(identity).await.map_err(Error::Kube)? else {
         return Ok(Credentials {
             identity: None,
-            allowed: Cond::new(IDENTITY_ALLOWED, Status::False, "IdentityNotFound", format!("TerraformClusterIdentity {identity} not found")),
+            allowed: Cond::new(
+                IDENTITY_ALLOWED,
+                Status::False,
+                "IdentityNotFound",
+                format!("TerraformClusterIdentity {identity} not found"),
+            ),
             mirrored: pending("waiting for an allowed identity"),
         });
     };
-    let ns = Api::<Namespace>::all(client.clone()).get(namespace).await.map_err(Error::Kube)?;
+    let ns = Api::<Namespace>::all(client.clone())
+        .get(namespace)
+        .await
+        .map_err(Error::Kube)?;
     let labels = ns.metadata.labels.unwrap_or_default();
     if !namespace_allowed(found.spec.allowed_namespaces.as_ref(), namespace, &labels) {
         return Ok(Credentials {
             identity: None,
-            allowed: Cond::new(IDENTITY_ALLOWED, Status::False, "NamespaceNotAllowed", format!("TerraformClusterIdentity {identity} does not allow namespace {namespace}")),
+            allowed: Cond::new(
+                IDENTITY_ALLOWED,
+                Status::False,
+                "NamespaceNotAllowed",
+                format!("TerraformClusterIdentity {identity} does not allow namespace {namespace}"),
+            ),
             mirrored: pending("waiting for an allowed identity"),
         });
     }
@@ -118,13 +159,34 @@ pub async fn ensure(
     let Some(source) = source else {
         return Ok(Credentials {
             identity: None,
-            allowed: Cond::new(IDENTITY_ALLOWED, Status::False, "SecretNotFound", format!("Secret {}/{} of TerraformClusterIdentity {identity} not found", source_ref.namespace, source_ref.name)),
+            allowed: Cond::new(
+                IDENTITY_ALLOWED,
+                Status::False,
+                "SecretNotFound",
+                format!(
+                    "Secret {}/{} of TerraformClusterIdentity {identity} not found",
+                    source_ref.namespace, source_ref.name
+                ),
+            ),
             mirrored: pending("waiting for an allowed identity"),
         });
     };
-    let allowed = Cond::new(IDENTITY_ALLOWED, Status::True, "IdentityAllowed", format!("TerraformClusterIdentity {identity} allows namespace {namespace}"));
+    let allowed = Cond::new(
+        IDENTITY_ALLOWED,
+        Status::True,
+        "IdentityAllowed",
+        format!("TerraformClusterIdentity {identity} allows namespace {namespace}"),
+    );
     let mirrored = match mirror(client, namespace, identity, source, owner).await {
-        Ok(()) => Cond::new(CREDENTIALS_MIRRORED, Status::True, "Mirrored", format!("Secret {} holds the credentials", names::credentials_mirror(identity))),
+        Ok(()) => Cond::new(
+            CREDENTIALS_MIRRORED,
+            Status::True,
+            "Mirrored",
+            format!(
+                "Secret {} holds the credentials",
+                names::credentials_mirror(identity)
+            ),
+        ),
         Err(why) => {
             return Ok(Credentials {
                 identity: None,
@@ -133,18 +195,31 @@ pub async fn ensure(
             });
         }
     };
-    Ok(Credentials { identity: Some(identity.to_string()), allowed, mirrored })
+    Ok(Credentials {
+        identity: Some(identity.to_string()),
+        allowed,
+        mirrored,
+    })
 }
 
 /// Creates or refreshes the mirror; the error is the condition message. A
 /// Secret of that name that is not a mirror is never overwritten.
-async fn mirror(client: &kube::Client, namespace: &str, identity: &str, source: Secret, owner: OwnerReference) -> Result<(), String> {
+async fn mirror(
+    client: &kube::Client,
+    namespace: &str,
+    identity: &str,
+    source: Secret,
+    owner: OwnerReference,
+) -> Result<(), String> {
     let name = names::credentials_mirror(identity);
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let data = source.data.unwrap_or_default();
     let hash = source_hash(&data);
     for _ in 0..3 {
-        let existing = api.get_opt(&name).await.map_err(|e| format!("reading Secret {name}: {e}"))?;
+        let existing = api
+            .get_opt(&name)
+            .await
+            .map_err(|e| format!("reading Secret {name}: {e}"))?;
         let result = match existing {
             None => {
                 let secret = Secret {
@@ -171,7 +246,9 @@ async fn mirror(client: &kube::Client, namespace: &str, identity: &str, source: 
             Some(mut secret) => {
                 let labels = secret.metadata.labels.get_or_insert_default();
                 if labels.get(MIRRORED_LABEL).map(String::as_str) != Some("true") {
-                    return Err(format!("Secret {name} exists and is not a CAPTF credentials mirror; it is left alone"));
+                    return Err(format!(
+                        "Secret {name} exists and is not a CAPTF credentials mirror; it is left alone"
+                    ));
                 }
                 let annotations = secret.metadata.annotations.get_or_insert_default();
                 let same_data = annotations.get(SOURCE_HASH) == Some(&hash);
@@ -185,7 +262,9 @@ async fn mirror(client: &kube::Client, namespace: &str, identity: &str, source: 
                 }
                 annotations.insert(SOURCE_HASH.to_string(), hash.clone());
                 secret.data = Some(data.clone());
-                api.replace(&name, &PostParams::default(), &secret).await.map(drop)
+                api.replace(&name, &PostParams::default(), &secret)
+                    .await
+                    .map(drop)
             }
         };
         match result {
@@ -195,17 +274,25 @@ async fn mirror(client: &kube::Client, namespace: &str, identity: &str, source: 
             Err(e) => return Err(format!("writing Secret {name}: {e}")),
         }
     }
-    Err(format!("writing Secret {name}: kept conflicting with other writers"))
+    Err(format!(
+        "writing Secret {name}: kept conflicting with other writers"
+    ))
 }
 
 /// Removes the object `uid` from the users of every credentials mirror of
 /// the namespace (ref §8.6 cleanup), and deletes a mirror it was the last
 /// user of; returns the names of the deleted ones. Writes are guarded by
 /// the resourceVersion read, and a conflict reads again.
-pub async fn release(client: &kube::Client, namespace: &str, uid: &str) -> Result<Vec<String>, kube::Error> {
+pub async fn release(
+    client: &kube::Client,
+    namespace: &str,
+    uid: &str,
+) -> Result<Vec<String>, kube::Error> {
     let api = Api::<Secret>::namespaced(client.clone(), namespace);
     let mut removed = Vec::new();
-    let mirrors = api.list(&ListParams::default().labels(&format!("{MIRRORED_LABEL}=true"))).await?;
+    let mirrors = api
+        .list(&ListParams::default().labels(&format!("{MIRRORED_LABEL}=true")))
+        .await?;
     for mirror in mirrors.items {
         let name = mirror.name_any();
         let mut current = Some(mirror);
@@ -216,11 +303,21 @@ pub async fn release(client: &kube::Client, namespace: &str, uid: &str) -> Resul
             let result = if owners.len() == before {
                 Ok(())
             } else if owners.is_empty() {
-                let precondition = kube::api::Preconditions { resource_version: secret.metadata.resource_version.clone(), uid: None };
-                let params = DeleteParams { preconditions: Some(precondition), ..Default::default() };
-                api.delete(&name, &params).await.map(|_| removed.push(name.clone()))
+                let precondition = kube::api::Preconditions {
+                    resource_version: secret.metadata.resource_version.clone(),
+                    uid: None,
+                };
+                let params = DeleteParams {
+                    preconditions: Some(precondition),
+                    ..Default::default()
+                };
+                api.delete(&name, &params)
+                    .await
+                    .map(|_| removed.push(name.clone()))
             } else {
-                api.replace(&name, &PostParams::default(), &secret).await.map(drop)
+                api.replace(&name, &PostParams::default(), &secret)
+                    .await
+                    .map(drop)
             };
             match result {
                 Ok(()) => {}
@@ -235,8 +332,20 @@ pub async fn release(client: &kube::Client, namespace: &str, uid: &str) -> Resul
 
 /// A non-blocking owner reference, so the mirror goes once its last user
 /// is gone.
-pub fn user_reference(api_version: String, kind: String, name: String, uid: String) -> OwnerReference {
-    OwnerReference { api_version, kind, name, uid, controller: None, block_owner_deletion: None }
+pub fn user_reference(
+    api_version: String,
+    kind: String,
+    name: String,
+    uid: String,
+) -> OwnerReference {
+    OwnerReference {
+        api_version,
+        kind,
+        name,
+        uid,
+        controller: None,
+        block_owner_deletion: None,
+    }
 }
 
 #[cfg(test)]
@@ -251,15 +360,27 @@ mod tests {
 
     #[test]
     fn identity_resolution_order() {
-        let own = WorkspaceSpec { identity_ref: ident("own"), ..Default::default() };
-        let none = WorkspaceSpec::default();
-        let mut cluster = TerraformCluster::new("c", TerraformClusterSpec {
-            workspace: WorkspaceSpec { identity_ref: ident("cluster"), ..Default::default() },
+        let own = WorkspaceSpec {
+            identity_ref: ident("own"),
             ..Default::default()
-        });
+        };
+        let none = WorkspaceSpec::default();
+        let mut cluster = TerraformCluster::new(
+            "c",
+            TerraformClusterSpec {
+                workspace: WorkspaceSpec {
+                    identity_ref: ident("cluster"),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
         assert_eq!(identity_name(&own, Some(&cluster)), Some("own"));
         assert_eq!(identity_name(&none, Some(&cluster)), Some("cluster"));
-        cluster.spec.defaults = Some(ClusterDefaults { identity_ref: ident("defaults"), ..Default::default() });
+        cluster.spec.defaults = Some(ClusterDefaults {
+            identity_ref: ident("defaults"),
+            ..Default::default()
+        });
         assert_eq!(identity_name(&none, Some(&cluster)), Some("defaults"));
         assert_eq!(identity_name(&none, None), None);
     }
@@ -267,19 +388,33 @@ mod tests {
     #[test]
     fn allowed_namespaces() {
         let labels = BTreeMap::from([("team".to_string(), "a".to_string())]);
-        let list = AllowedNamespaces { list: Some(vec!["ns1".into()]), selector: None };
-        let every = AllowedNamespaces { list: None, selector: Some(LabelSelector::default()) };
+        let list = AllowedNamespaces {
+            list: Some(vec!["ns1".into()]),
+            selector: None,
+        };
+        let every = AllowedNamespaces {
+            list: None,
+            selector: Some(LabelSelector::default()),
+        };
         let team_b = AllowedNamespaces {
             list: Some(vec!["ns9".into()]),
             selector: Some(LabelSelector {
-                match_expressions: Some(vec![LabelSelectorRequirement { key: "team".into(), operator: "In".into(), values: Some(vec!["b".into()]) }]),
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "team".into(),
+                    operator: "In".into(),
+                    values: Some(vec!["b".into()]),
+                }]),
                 match_labels: None,
             }),
         };
         let bad = AllowedNamespaces {
             list: None,
             selector: Some(LabelSelector {
-                match_expressions: Some(vec![LabelSelectorRequirement { key: "team".into(), operator: "Near".into(), values: None }]),
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "team".into(),
+                    operator: "Near".into(),
+                    values: None,
+                }]),
                 match_labels: None,
             }),
         };
@@ -293,7 +428,11 @@ mod tests {
             (Some(&bad), "ns1", false),
         ];
         for (allowed, ns, want) in table {
-            assert_eq!(namespace_allowed(allowed, ns, &labels), want, "{allowed:?} {ns}");
+            assert_eq!(
+                namespace_allowed(allowed, ns, &labels),
+                want,
+                "{allowed:?} {ns}"
+            );
         }
     }
 

@@ -88,7 +88,11 @@ pub enum Decision {
     /// Start an apply now.
     Apply(ApplyReason),
     /// An apply is due but backs off until the delay has passed.
-    Backoff { reason: ApplyReason, wait: Duration, failures: u32 },
+    Backoff {
+        reason: ApplyReason,
+        wait: Duration,
+        failures: u32,
+    },
     /// Nothing to run.
     Idle,
 }
@@ -134,7 +138,9 @@ pub fn decide(facts: &Facts) -> Decision {
         StateFact::Unreadable => return Decision::Idle,
         StateFact::NotFound => ApplyReason::NoState,
         StateFact::Read { inputs_hash: None } => ApplyReason::NoInputsHash,
-        StateFact::Read { inputs_hash: Some(applied) } => {
+        StateFact::Read {
+            inputs_hash: Some(applied),
+        } => {
             if !facts.mutable {
                 return Decision::Idle;
             }
@@ -149,15 +155,29 @@ pub fn decide(facts: &Facts) -> Decision {
     if reason == ApplyReason::InputsChanged {
         return Decision::Apply(reason);
     }
-    match backing_off(&facts.finished, Op::Apply, facts.failed_jobs_history_limit, facts.now) {
-        Some((wait, failures)) => Decision::Backoff { reason, wait, failures },
+    match backing_off(
+        &facts.finished,
+        Op::Apply,
+        facts.failed_jobs_history_limit,
+        facts.now,
+    ) {
+        Some((wait, failures)) => Decision::Backoff {
+            reason,
+            wait,
+            failures,
+        },
         None => Decision::Apply(reason),
     }
 }
 
 /// The rest of the backoff of `op` after its consecutive failures (ref
 /// §8.4), with their count; None when `op` may run now.
-pub fn backing_off(finished: &[Finished], op: Op, failed_jobs_history_limit: i32, now: Timestamp) -> Option<(Duration, u32)> {
+pub fn backing_off(
+    finished: &[Finished],
+    op: Op,
+    failed_jobs_history_limit: i32,
+    now: Timestamp,
+) -> Option<(Duration, u32)> {
     let (failures, newest) = failures_of(finished, op);
     let wait = backoff(failures, failed_jobs_history_limit);
     let elapsed = Duration::try_from(now.duration_since(newest?)).unwrap_or(Duration::ZERO);
@@ -173,11 +193,21 @@ mod tests {
     }
 
     fn failed(secs: i64) -> Finished {
-        Finished { op: Op::Apply, succeeded: false, counts_for_backoff: true, finished_at: at(secs) }
+        Finished {
+            op: Op::Apply,
+            succeeded: false,
+            counts_for_backoff: true,
+            finished_at: at(secs),
+        }
     }
 
     fn ok(secs: i64) -> Finished {
-        Finished { op: Op::Apply, succeeded: true, counts_for_backoff: false, finished_at: at(secs) }
+        Finished {
+            op: Op::Apply,
+            succeeded: true,
+            counts_for_backoff: false,
+            finished_at: at(secs),
+        }
     }
 
     fn facts(state: StateFact, finished: Vec<Finished>, now: i64) -> Facts {
@@ -194,8 +224,18 @@ mod tests {
     #[test]
     fn backoff_sequence() {
         let m = |s| Duration::from_secs(s);
-        let table = [(0, 3, m(0)), (1, 3, m(60)), (2, 3, m(120)), (3, 3, m(600)), (4, 3, m(600)),
-            (3, 10, m(240)), (5, 10, m(600)), (9, 10, m(600)), (30, 100, m(600)), (1, 0, m(600))];
+        let table = [
+            (0, 3, m(0)),
+            (1, 3, m(60)),
+            (2, 3, m(120)),
+            (3, 3, m(600)),
+            (4, 3, m(600)),
+            (3, 10, m(240)),
+            (5, 10, m(600)),
+            (9, 10, m(600)),
+            (30, 100, m(600)),
+            (1, 0, m(600)),
+        ];
         for (n, limit, want) in table {
             assert_eq!(backoff(n, limit), want, "n={n} limit={limit}");
         }
@@ -203,23 +243,81 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let hash = |h: &str| StateFact::Read { inputs_hash: Some(h.into()) };
+        let hash = |h: &str| StateFact::Read {
+            inputs_hash: Some(h.into()),
+        };
         let table: Vec<(&str, Facts, Decision)> = vec![
-            ("no state", facts(StateFact::NotFound, vec![], 0), Decision::Apply(ApplyReason::NoState)),
-            ("unreadable", facts(StateFact::Unreadable, vec![failed(0)], 999), Decision::Idle),
-            ("no hash", facts(StateFact::Read { inputs_hash: None }, vec![], 0), Decision::Apply(ApplyReason::NoInputsHash)),
-            ("same hash", facts(hash("h2:new"), vec![ok(0)], 10), Decision::Idle),
-            ("changed", facts(hash("h2:old"), vec![failed(0)], 1), Decision::Apply(ApplyReason::InputsChanged)),
-            ("failed, backing off", facts(StateFact::NotFound, vec![failed(0)], 30),
-                Decision::Backoff { reason: ApplyReason::NoState, wait: Duration::from_secs(30), failures: 1 }),
-            ("failed, delay over", facts(StateFact::NotFound, vec![failed(0)], 60), Decision::Apply(ApplyReason::NoState)),
-            ("two failures wait 2m", facts(StateFact::NotFound, vec![failed(100), failed(0)], 200),
-                Decision::Backoff { reason: ApplyReason::NoState, wait: Duration::from_secs(20), failures: 2 }),
-            ("a success resets", facts(StateFact::NotFound, vec![failed(100), ok(50), failed(0), failed(-10)], 160),
-                Decision::Apply(ApplyReason::NoState)),
-            ("retry of same inputs", facts(hash("h2:new"), vec![failed(0)], 61), Decision::Apply(ApplyReason::RetryFailed)),
-            ("retry backs off", facts(hash("h2:new"), vec![failed(0)], 10),
-                Decision::Backoff { reason: ApplyReason::RetryFailed, wait: Duration::from_secs(50), failures: 1 }),
+            (
+                "no state",
+                facts(StateFact::NotFound, vec![], 0),
+                Decision::Apply(ApplyReason::NoState),
+            ),
+            (
+                "unreadable",
+                facts(StateFact::Unreadable, vec![failed(0)], 999),
+                Decision::Idle,
+            ),
+            (
+                "no hash",
+                facts(StateFact::Read { inputs_hash: None }, vec![], 0),
+                Decision::Apply(ApplyReason::NoInputsHash),
+            ),
+            (
+                "same hash",
+                facts(hash("h2:new"), vec![ok(0)], 10),
+                Decision::Idle,
+            ),
+            (
+                "changed",
+                facts(hash("h2:old"), vec![failed(0)], 1),
+                Decision::Apply(ApplyReason::InputsChanged),
+            ),
+            (
+                "failed, backing off",
+                facts(StateFact::NotFound, vec![failed(0)], 30),
+                Decision::Backoff {
+                    reason: ApplyReason::NoState,
+                    wait: Duration::from_secs(30),
+                    failures: 1,
+                },
+            ),
+            (
+                "failed, delay over",
+                facts(StateFact::NotFound, vec![failed(0)], 60),
+                Decision::Apply(ApplyReason::NoState),
+            ),
+            (
+                "two failures wait 2m",
+                facts(StateFact::NotFound, vec![failed(100), failed(0)], 200),
+                Decision::Backoff {
+                    reason: ApplyReason::NoState,
+                    wait: Duration::from_secs(20),
+                    failures: 2,
+                },
+            ),
+            (
+                "a success resets",
+                facts(
+                    StateFact::NotFound,
+                    vec![failed(100), ok(50), failed(0), failed(-10)],
+                    160,
+                ),
+                Decision::Apply(ApplyReason::NoState),
+            ),
+            (
+                "retry of same inputs",
+                facts(hash("h2:new"), vec![failed(0)], 61),
+                Decision::Apply(ApplyReason::RetryFailed),
+            ),
+            (
+                "retry backs off",
+                facts(hash("h2:new"), vec![failed(0)], 10),
+                Decision::Backoff {
+                    reason: ApplyReason::RetryFailed,
+                    wait: Duration::from_secs(50),
+                    failures: 1,
+                },
+            ),
         ];
         for (what, f, want) in table {
             assert_eq!(decide(&f), want, "{what}");
@@ -230,12 +328,21 @@ mod tests {
     fn interruptions_do_not_count() {
         let mut f = failed(0);
         f.counts_for_backoff = false;
-        assert_eq!(decide(&facts(StateFact::NotFound, vec![f], 1)), Decision::Apply(ApplyReason::NoState));
+        assert_eq!(
+            decide(&facts(StateFact::NotFound, vec![f], 1)),
+            Decision::Apply(ApplyReason::NoState)
+        );
     }
 
     #[test]
     fn a_machine_is_not_reapplied_once_its_state_has_a_hash() {
-        let mut f = facts(StateFact::Read { inputs_hash: Some("h2:old".into()) }, vec![failed(0)], 999);
+        let mut f = facts(
+            StateFact::Read {
+                inputs_hash: Some("h2:old".into()),
+            },
+            vec![failed(0)],
+            999,
+        );
         f.mutable = false;
         assert_eq!(decide(&f), Decision::Idle);
         f.state = StateFact::Read { inputs_hash: None };

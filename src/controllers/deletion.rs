@@ -101,7 +101,10 @@ pub enum Step {
     Hold(Hold),
     Destroy(DestroyInputs),
     /// A destroy failed; the next one waits this long.
-    Backoff { wait: Duration, failures: u32 },
+    Backoff {
+        wait: Duration,
+        failures: u32,
+    },
     /// A TerraformMachine without its durable inputs: no destroy can be
     /// built, and no fallback is safe (its spec may no longer describe what
     /// was applied).
@@ -120,7 +123,10 @@ pub fn next(f: &Facts) -> Step {
     if f.kind == Kind::Cluster && f.dependents > 0 {
         return Step::WaitForDependents(f.dependents);
     }
-    if f.finished.iter().any(|j| j.op == Op::Destroy && j.succeeded) {
+    if f.finished
+        .iter()
+        .any(|j| j.op == Op::Destroy && j.succeeded)
+    {
         return Step::Cleanup(Why::Destroyed);
     }
     if f.abandoned {
@@ -154,7 +160,12 @@ mod tests {
     }
 
     fn job(op: Op, succeeded: bool, secs: i64) -> Finished {
-        Finished { op, succeeded, counts_for_backoff: !succeeded, finished_at: at(secs) }
+        Finished {
+            op,
+            succeeded,
+            counts_for_backoff: !succeeded,
+            finished_at: at(secs),
+        }
     }
 
     fn base() -> Facts {
@@ -162,7 +173,9 @@ mod tests {
             kind: Kind::Machine,
             dependents: 0,
             abandoned: false,
-            state: StateFact::Read { inputs_hash: Some("h2:a".into()) },
+            state: StateFact::Read {
+                inputs_hash: Some("h2:a".into()),
+            },
             ever_applied: true,
             durable_inputs: true,
             renders: true,
@@ -185,7 +198,11 @@ mod tests {
             (true, vec![], Lifecycle::Released),
         ];
         for (deleting, finalizers, want) in table {
-            assert_eq!(lifecycle(Kind::Machine, deleting, &finalizers), want, "{deleting} {finalizers:?}");
+            assert_eq!(
+                lifecycle(Kind::Machine, deleting, &finalizers),
+                want,
+                "{deleting} {finalizers:?}"
+            );
         }
         // Another kind's finalizer is not ours.
         assert_eq!(lifecycle(Kind::Cluster, true, &ours), Lifecycle::Released);
@@ -199,50 +216,119 @@ mod tests {
             f
         };
         let table: Vec<(&str, Facts, Step)> = vec![
-            ("applied, readable: destroy from the durable inputs", base(), Step::Destroy(DestroyInputs::Durable)),
-            ("never applied: clean up at once", with(&|f| {
-                f.state = StateFact::NotFound;
-                f.ever_applied = false;
-                f.durable_inputs = false;
-                f.finished = vec![job(Op::Apply, false, 0)];
-            }), Step::Cleanup(Why::NeverApplied)),
-            ("applied, state gone: held", with(&|f| f.state = StateFact::NotFound), Step::Hold(Hold::Lost)),
-            ("corrupt: held", with(&|f| f.state = StateFact::Unreadable), Step::Hold(Hold::Unreadable)),
-            ("abandoned releases a hold", with(&|f| {
-                f.state = StateFact::Unreadable;
-                f.abandoned = true;
-            }), Step::Cleanup(Why::Abandoned)),
-            ("abandoned releases a failing destroy", with(&|f| {
-                f.abandoned = true;
-                f.finished = vec![job(Op::Destroy, false, 990)];
-            }), Step::Cleanup(Why::Abandoned)),
-            ("destroyed: clean up, even once the state is gone", with(&|f| {
-                f.state = StateFact::NotFound;
-                f.finished = vec![job(Op::Destroy, true, 900), job(Op::Destroy, false, 500)];
-            }), Step::Cleanup(Why::Destroyed)),
-            ("a failed destroy backs off 1m", with(&|f| f.finished = vec![job(Op::Destroy, false, 970)]),
-                Step::Backoff { wait: Duration::from_secs(30), failures: 1 }),
-            ("then retries", with(&|f| f.finished = vec![job(Op::Destroy, false, 940)]), Step::Destroy(DestroyInputs::Durable)),
-            ("two failures wait 2m", with(&|f| f.finished = vec![job(Op::Destroy, false, 900), job(Op::Destroy, false, 700)]),
-                Step::Backoff { wait: Duration::from_secs(20), failures: 2 }),
-            ("apply failures do not delay a destroy", with(&|f| f.finished = vec![job(Op::Apply, false, 999)]),
-                Step::Destroy(DestroyInputs::Durable)),
-            ("a machine never falls back to its spec", with(&|f| f.durable_inputs = false), Step::MissingInputs),
-            ("a pool falls back to its spec", with(&|f| {
-                f.kind = Kind::MachinePool;
-                f.durable_inputs = false;
-            }), Step::Destroy(DestroyInputs::Current)),
-            ("unless the spec does not render", with(&|f| {
-                f.kind = Kind::MachinePool;
-                f.durable_inputs = false;
-                f.renders = false;
-            }), Step::MissingInputs),
-            ("a cluster waits for its machines, abandoned or not", with(&|f| {
-                f.kind = Kind::Cluster;
-                f.dependents = 2;
-                f.abandoned = true;
-            }), Step::WaitForDependents(2)),
-            ("dependents do not hold a machine", with(&|f| f.dependents = 2), Step::Destroy(DestroyInputs::Durable)),
+            (
+                "applied, readable: destroy from the durable inputs",
+                base(),
+                Step::Destroy(DestroyInputs::Durable),
+            ),
+            (
+                "never applied: clean up at once",
+                with(&|f| {
+                    f.state = StateFact::NotFound;
+                    f.ever_applied = false;
+                    f.durable_inputs = false;
+                    f.finished = vec![job(Op::Apply, false, 0)];
+                }),
+                Step::Cleanup(Why::NeverApplied),
+            ),
+            (
+                "applied, state gone: held",
+                with(&|f| f.state = StateFact::NotFound),
+                Step::Hold(Hold::Lost),
+            ),
+            (
+                "corrupt: held",
+                with(&|f| f.state = StateFact::Unreadable),
+                Step::Hold(Hold::Unreadable),
+            ),
+            (
+                "abandoned releases a hold",
+                with(&|f| {
+                    f.state = StateFact::Unreadable;
+                    f.abandoned = true;
+                }),
+                Step::Cleanup(Why::Abandoned),
+            ),
+            (
+                "abandoned releases a failing destroy",
+                with(&|f| {
+                    f.abandoned = true;
+                    f.finished = vec![job(Op::Destroy, false, 990)];
+                }),
+                Step::Cleanup(Why::Abandoned),
+            ),
+            (
+                "destroyed: clean up, even once the state is gone",
+                with(&|f| {
+                    f.state = StateFact::NotFound;
+                    f.finished = vec![job(Op::Destroy, true, 900), job(Op::Destroy, false, 500)];
+                }),
+                Step::Cleanup(Why::Destroyed),
+            ),
+            (
+                "a failed destroy backs off 1m",
+                with(&|f| f.finished = vec![job(Op::Destroy, false, 970)]),
+                Step::Backoff {
+                    wait: Duration::from_secs(30),
+                    failures: 1,
+                },
+            ),
+            (
+                "then retries",
+                with(&|f| f.finished = vec![job(Op::Destroy, false, 940)]),
+                Step::Destroy(DestroyInputs::Durable),
+            ),
+            (
+                "two failures wait 2m",
+                with(&|f| {
+                    f.finished = vec![job(Op::Destroy, false, 900), job(Op::Destroy, false, 700)]
+                }),
+                Step::Backoff {
+                    wait: Duration::from_secs(20),
+                    failures: 2,
+                },
+            ),
+            (
+                "apply failures do not delay a destroy",
+                with(&|f| f.finished = vec![job(Op::Apply, false, 999)]),
+                Step::Destroy(DestroyInputs::Durable),
+            ),
+            (
+                "a machine never falls back to its spec",
+                with(&|f| f.durable_inputs = false),
+                Step::MissingInputs,
+            ),
+            (
+                "a pool falls back to its spec",
+                with(&|f| {
+                    f.kind = Kind::MachinePool;
+                    f.durable_inputs = false;
+                }),
+                Step::Destroy(DestroyInputs::Current),
+            ),
+            (
+                "unless the spec does not render",
+                with(&|f| {
+                    f.kind = Kind::MachinePool;
+                    f.durable_inputs = false;
+                    f.renders = false;
+                }),
+                Step::MissingInputs,
+            ),
+            (
+                "a cluster waits for its machines, abandoned or not",
+                with(&|f| {
+                    f.kind = Kind::Cluster;
+                    f.dependents = 2;
+                    f.abandoned = true;
+                }),
+                Step::WaitForDependents(2),
+            ),
+            (
+                "dependents do not hold a machine",
+                with(&|f| f.dependents = 2),
+                Step::Destroy(DestroyInputs::Durable),
+            ),
         ];
         for (what, facts, want) in table {
             assert_eq!(next(&facts), want, "{what}");

@@ -28,9 +28,9 @@ use tracing::{debug, info, warn};
 
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
 use crate::error::{Categorized, Category, kube_category};
+use crate::jobs::CLUSTER_NAME_LABEL;
 use crate::metrics::Metrics;
 use crate::server::health::{GATE_WATCHES, Readiness};
-use crate::jobs::CLUSTER_NAME_LABEL;
 use workload::Workload;
 
 /// What every reconcile shares.
@@ -113,7 +113,9 @@ where
 
 fn watch_config(settings: &Settings) -> watcher::Config {
     match &settings.watch_filter {
-        Some(value) => watcher::Config::default().labels(&format!("cluster.x-k8s.io/watch-filter={value}")),
+        Some(value) => {
+            watcher::Config::default().labels(&format!("cluster.x-k8s.io/watch-filter={value}"))
+        }
         None => watcher::Config::default(),
     }
 }
@@ -136,7 +138,13 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     let ctx = Arc::new(Context {
-        recorder: Recorder::new(client.clone(), Reporter { controller: MANAGER.into(), instance: std::env::var("POD_NAME").ok() }),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: MANAGER.into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
         client: client.clone(),
         metrics,
         settings: settings.clone(),
@@ -147,33 +155,52 @@ pub async fn run(
     let job_config = watcher::Config::default().labels("captf.io/managed=true");
     let lease_config = watcher::Config::default().labels("captf.io/lease=cluster");
 
-    let clusters = Controller::new(scoped::<TerraformCluster>(&client, ns), watch_config(&settings))
-        .owns(jobs(), job_config.clone())
-        .graceful_shutdown_on(shutdown.clone());
+    let clusters = Controller::new(
+        scoped::<TerraformCluster>(&client, ns),
+        watch_config(&settings),
+    )
+    .owns(jobs(), job_config.clone())
+    .graceful_shutdown_on(shutdown.clone());
     // A cluster being deleted waits for its machines and pools: each change
     // of one (its removal above all) wakes the cluster.
     let clusters_store = clusters.store();
-    let clusters = clusters.watches(scoped::<TerraformMachine>(&client, ns), watcher::Config::default(), move |m: TerraformMachine| {
-        same_cluster(&clusters_store, &m)
-    });
+    let clusters = clusters.watches(
+        scoped::<TerraformMachine>(&client, ns),
+        watcher::Config::default(),
+        move |m: TerraformMachine| same_cluster(&clusters_store, &m),
+    );
     let clusters_store = clusters.store();
-    let clusters = clusters.watches(scoped::<TerraformMachinePool>(&client, ns), watcher::Config::default(), move |p: TerraformMachinePool| {
-        same_cluster(&clusters_store, &p)
-    });
-    let machines = Controller::new(scoped::<TerraformMachine>(&client, ns), watch_config(&settings))
-        .owns(jobs(), job_config.clone())
-        .graceful_shutdown_on(shutdown.clone());
-    let pools = Controller::new(scoped::<TerraformMachinePool>(&client, ns), watch_config(&settings))
-        .owns(jobs(), job_config)
-        .graceful_shutdown_on(shutdown.clone());
+    let clusters = clusters.watches(
+        scoped::<TerraformMachinePool>(&client, ns),
+        watcher::Config::default(),
+        move |p: TerraformMachinePool| same_cluster(&clusters_store, &p),
+    );
+    let machines = Controller::new(
+        scoped::<TerraformMachine>(&client, ns),
+        watch_config(&settings),
+    )
+    .owns(jobs(), job_config.clone())
+    .graceful_shutdown_on(shutdown.clone());
+    let pools = Controller::new(
+        scoped::<TerraformMachinePool>(&client, ns),
+        watch_config(&settings),
+    )
+    .owns(jobs(), job_config)
+    .graceful_shutdown_on(shutdown.clone());
     // A machine or pool waiting for its cluster's operation is woken when
     // the cluster write lease changes.
     let machines_store = machines.store();
-    let machines = machines.watches(scoped::<Lease>(&client, ns), lease_config.clone(), move |lease: Lease| {
-        same_cluster(&machines_store, &lease)
-    });
+    let machines = machines.watches(
+        scoped::<Lease>(&client, ns),
+        lease_config.clone(),
+        move |lease: Lease| same_cluster(&machines_store, &lease),
+    );
     let pools_store = pools.store();
-    let pools = pools.watches(scoped::<Lease>(&client, ns), lease_config, move |lease: Lease| same_cluster(&pools_store, &lease));
+    let pools = pools.watches(
+        scoped::<Lease>(&client, ns),
+        lease_config,
+        move |lease: Lease| same_cluster(&pools_store, &lease),
+    );
 
     let stores = (clusters.store(), machines.store(), pools.store());
     let ready = readiness.clone();
@@ -196,21 +223,37 @@ pub async fn run(
     });
 
     // The namespace sweep: at start, then every --sync-period.
-    let sweeper = tokio::spawn(sweep::periodically(client.clone(), settings.namespace.clone(), settings.sync_period));
+    let sweeper = tokio::spawn(sweep::periodically(
+        client.clone(),
+        settings.namespace.clone(),
+        settings.sync_period,
+    ));
 
     info!(namespace = ?settings.namespace, "starting the reconcilers");
     let c = settings.concurrency;
     let clusters = clusters
         .with_config(kube::runtime::controller::Config::default().concurrency(c.cluster))
-        .run(reconcile::reconcile::<TerraformCluster>, error_policy, ctx.clone())
+        .run(
+            reconcile::reconcile::<TerraformCluster>,
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(log_outcome);
     let machines = machines
         .with_config(kube::runtime::controller::Config::default().concurrency(c.machine))
-        .run(reconcile::reconcile::<TerraformMachine>, error_policy, ctx.clone())
+        .run(
+            reconcile::reconcile::<TerraformMachine>,
+            error_policy,
+            ctx.clone(),
+        )
         .for_each(log_outcome);
     let pools = pools
         .with_config(kube::runtime::controller::Config::default().concurrency(c.machine_pool))
-        .run(reconcile::reconcile::<TerraformMachinePool>, error_policy, ctx)
+        .run(
+            reconcile::reconcile::<TerraformMachinePool>,
+            error_policy,
+            ctx,
+        )
         .for_each(log_outcome);
     tokio::join!(clusters, machines, pools);
     sweeper.abort();
@@ -225,13 +268,22 @@ async fn log_outcome<T: std::fmt::Debug, E: std::fmt::Display>(outcome: Result<T
 }
 
 /// The objects of the namespace that carry `other`'s cluster-name label.
-fn same_cluster<K: Workload>(store: &kube::runtime::reflector::Store<K>, other: &impl kube::Resource) -> Vec<ObjectRef<K>> {
+fn same_cluster<K: Workload>(
+    store: &kube::runtime::reflector::Store<K>,
+    other: &impl kube::Resource,
+) -> Vec<ObjectRef<K>> {
     let ns = other.meta().namespace.as_deref();
-    let cluster = other.meta().labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL));
+    let cluster = other
+        .meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(CLUSTER_NAME_LABEL));
     store
         .state()
         .iter()
-        .filter(|o| o.meta().namespace.as_deref() == ns && o.cluster_name() == cluster.map(String::as_str))
+        .filter(|o| {
+            o.meta().namespace.as_deref() == ns && o.cluster_name() == cluster.map(String::as_str)
+        })
         .map(|o| ObjectRef::from_obj(o.as_ref()))
         .collect()
 }

@@ -31,13 +31,18 @@ use super::deletion::{self, DestroyInputs, Hold, Lifecycle, Step, Why};
 use super::sweep;
 use super::workload::Workload;
 use super::{Context, Error, MANAGER};
-use crate::api::{ActiveJob, SourceStatus, TerraformCluster, TerraformMachine, TerraformMachinePool, WorkspaceStatus};
+use crate::api::{
+    ActiveJob, SourceStatus, TerraformCluster, TerraformMachine, TerraformMachinePool,
+    WorkspaceStatus,
+};
+use crate::backups::{self, BackupDecision};
 use crate::jobs::builder::{self, JobRequest, RestoreRequest};
 use crate::jobs::durable;
 use crate::jobs::inputs::{self, InputsRequest};
 use crate::jobs::leases::{self, Acquired, HolderLookup, JobState, LeaseRequest};
-use crate::jobs::{ATTEMPT_LABEL, CLUSTER_NAME_LABEL, OP_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, policy, rbac};
-use crate::backups::{self, BackupDecision};
+use crate::jobs::{
+    ATTEMPT_LABEL, CLUSTER_NAME_LABEL, OP_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, policy, rbac,
+};
 use crate::locks::{self, Verdict};
 use crate::metrics::{self, JobLabels, ObjectLabels, StateReadErrorLabels};
 use crate::names::{self, Kind, Op};
@@ -95,11 +100,24 @@ impl<K: Workload> Pass<'_, K> {
     /// An event about one of the object's Jobs, which is its related
     /// object: events of distinct Jobs are never merged into one series.
     async fn job_event(&self, type_: EventType, reason: &str, note: String, job: &Job) {
-        self.record(type_, reason, note, Some(job.object_ref(&()))).await;
+        self.record(type_, reason, note, Some(job.object_ref(&())))
+            .await;
     }
 
-    async fn record(&self, type_: EventType, reason: &str, note: String, secondary: Option<k8s_openapi::api::core::v1::ObjectReference>) {
-        let event = Event { type_, reason: reason.into(), note: Some(note), action: reason.into(), secondary };
+    async fn record(
+        &self,
+        type_: EventType,
+        reason: &str,
+        note: String,
+        secondary: Option<k8s_openapi::api::core::v1::ObjectReference>,
+    ) {
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary,
+        };
         // An event that cannot be recorded must not fail the pass.
         if let Err(e) = self.ctx.recorder.publish(&event, &self.reference()).await {
             debug!("recording event {reason}: {e}");
@@ -139,13 +157,26 @@ fn label<'a>(obj: &'a impl Resource, key: &str) -> Option<&'a str> {
 }
 
 fn annotation<'a>(obj: &'a impl Resource, key: &str) -> Option<&'a str> {
-    obj.meta().annotations.as_ref()?.get(key).map(String::as_str)
+    obj.meta()
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 /// The Jobs of this object: its owner labels, and an owner reference to
 /// this very object (a same-named object created later has another UID).
-async fn jobs_of<K: Workload>(ctx: &Context, ns: &str, name: &str, uid: &str) -> Result<Vec<Job>, Error> {
-    let selector = format!("{OWNER_KIND_LABEL}={},{OWNER_NAME_LABEL}={}", K::KIND.kind(), names::label_value(name));
+async fn jobs_of<K: Workload>(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> Result<Vec<Job>, Error> {
+    let selector = format!(
+        "{OWNER_KIND_LABEL}={},{OWNER_NAME_LABEL}={}",
+        K::KIND.kind(),
+        names::label_value(name)
+    );
     let list = Api::<Job>::namespaced(ctx.client.clone(), ns)
         .list(&ListParams::default().labels(&selector))
         .await
@@ -158,7 +189,11 @@ async fn jobs_of<K: Workload>(ctx: &Context, ns: &str, name: &str, uid: &str) ->
 }
 
 /// The final state of a Job's runner container, from its pod.
-async fn terminated(ctx: &Context, ns: &str, job: &str) -> Result<Option<ContainerStateTerminated>, Error> {
+async fn terminated(
+    ctx: &Context,
+    ns: &str,
+    job: &str,
+) -> Result<Option<ContainerStateTerminated>, Error> {
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
         .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
         .await
@@ -178,19 +213,30 @@ fn job_op(job: &Job) -> Option<Op> {
 }
 
 fn job_attempt(job: &Job) -> u32 {
-    label(job, ATTEMPT_LABEL).and_then(|a| a.parse().ok()).unwrap_or(0)
+    label(job, ATTEMPT_LABEL)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The TerraformCluster a machine or pool belongs to. Until Cluster API
 /// owners are resolved (a later issue), it is the TerraformCluster of the
 /// namespace with the same cluster-name label.
-async fn cluster_of<K: Workload>(ctx: &Context, obj: &K, ns: &str) -> Result<Option<TerraformCluster>, Error> {
+async fn cluster_of<K: Workload>(
+    ctx: &Context,
+    obj: &K,
+    ns: &str,
+) -> Result<Option<TerraformCluster>, Error> {
     if K::KIND == Kind::Cluster {
         return Ok(None);
     }
-    let Some(cluster) = obj.cluster_name() else { return Ok(None) };
+    let Some(cluster) = obj.cluster_name() else {
+        return Ok(None);
+    };
     let list = Api::<TerraformCluster>::namespaced(ctx.client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={}", names::label_value(cluster))))
+        .list(&ListParams::default().labels(&format!(
+            "{CLUSTER_NAME_LABEL}={}",
+            names::label_value(cluster)
+        )))
         .await
         .map_err(Error::Kube)?;
     Ok(list.items.into_iter().next())
@@ -198,20 +244,24 @@ async fn cluster_of<K: Workload>(ctx: &Context, obj: &K, ns: &str) -> Result<Opt
 
 pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
     let meta = obj.meta();
-    let namespace = meta.namespace.clone().ok_or(Error::MissingMetadata("namespace"))?;
+    let namespace = meta
+        .namespace
+        .clone()
+        .ok_or(Error::MissingMetadata("namespace"))?;
     let name = meta.name.clone().ok_or(Error::MissingMetadata("name"))?;
     let uid = meta.uid.clone().ok_or(Error::MissingMetadata("uid"))?;
     let finalizers = meta.finalizers.clone().unwrap_or_default();
-    let deleting = match deletion::lifecycle(K::KIND, meta.deletion_timestamp.is_some(), &finalizers) {
-        Lifecycle::AddFinalizer => {
-            add_finalizer(&ctx, obj.as_ref(), &namespace, &name).await?;
-            // The write itself wakes the next pass.
-            return Ok(Action::await_change());
-        }
-        Lifecycle::Released => return Ok(Action::await_change()),
-        Lifecycle::Live => false,
-        Lifecycle::Deleting => true,
-    };
+    let deleting =
+        match deletion::lifecycle(K::KIND, meta.deletion_timestamp.is_some(), &finalizers) {
+            Lifecycle::AddFinalizer => {
+                add_finalizer(&ctx, obj.as_ref(), &namespace, &name).await?;
+                // The write itself wakes the next pass.
+                return Ok(Action::await_change());
+            }
+            Lifecycle::Released => return Ok(Action::await_change()),
+            Lifecycle::Live => false,
+            Lifecycle::Deleting => true,
+        };
     let suffix = names::suffix(&namespace, K::KIND, &name);
     let mut pass = Pass {
         ctx: &ctx,
@@ -227,7 +277,12 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
     pass.status.state_secret_suffix = Some(suffix.clone());
     pass.status.observed_generation = meta.generation;
     if deleting {
-        pass.deleting = Some(Cond::new(conditions::DELETING, Status::True, "Deleting", "the object is being deleted"));
+        pass.deleting = Some(Cond::new(
+            conditions::DELETING,
+            Status::True,
+            "Deleting",
+            "the object is being deleted",
+        ));
     }
 
     let jobs = jobs_of::<K>(&ctx, &namespace, &name, &uid).await?;
@@ -241,7 +296,12 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
             None => active = Some(job),
             Some(end) => match annotation(job, BOOKKEPT) {
                 Some(outcome) => finished.push((
-                    Finished { op, succeeded: outcome == "succeeded", counts_for_backoff: outcome == "failed", finished_at: end.at },
+                    Finished {
+                        op,
+                        succeeded: outcome == "succeeded",
+                        counts_for_backoff: outcome == "failed",
+                        finished_at: end.at,
+                    },
                     job_attempt(job),
                 )),
                 None => pending.push((job, op, end)),
@@ -255,9 +315,20 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
         let term = terminated(&ctx, &namespace, &job_name).await?;
         let accounted = bookkeeping::account(&job_name, op, &end, term.as_ref());
         account(&mut pass, job, op, &accounted).await?;
-        let outcome = if accounted.succeeded { "succeeded" } else if accounted.counts_for_backoff { "failed" } else { "interrupted" };
+        let outcome = if accounted.succeeded {
+            "succeeded"
+        } else if accounted.counts_for_backoff {
+            "failed"
+        } else {
+            "interrupted"
+        };
         finished.push((
-            Finished { op, succeeded: accounted.succeeded, counts_for_backoff: accounted.counts_for_backoff, finished_at: end.at },
+            Finished {
+                op,
+                succeeded: accounted.succeeded,
+                counts_for_backoff: accounted.counts_for_backoff,
+                finished_at: end.at,
+            },
             job_attempt(job),
         ));
         newly_bookkept.push((job_name, outcome));
@@ -266,7 +337,12 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
 
     let action = if let Some(job) = active {
         if deleting {
-            pass.deleting = Some(Cond::new(conditions::DELETING, Status::True, "Deleting", format!("waiting for Job {} to finish", job.name_any())));
+            pass.deleting = Some(Cond::new(
+                conditions::DELETING,
+                Status::True,
+                "Deleting",
+                format!("waiting for Job {} to finish", job.name_any()),
+            ));
         }
         pass.status.active_job = Some(ActiveJob {
             name: job.name_any(),
@@ -297,12 +373,26 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
     if let Some(cond) = pass.deleting.take() {
         let before = pass.transitions.len();
         pass.set(cond);
-        if pass.transitions[before..].iter().any(|t| t.from.as_ref().is_none_or(|(status, _)| *status != Status::True)) {
-            pass.event(EventType::Normal, "DeletionStarted", "the object is being deleted: destroy, then cleanup".into()).await;
+        if pass.transitions[before..].iter().any(|t| {
+            t.from
+                .as_ref()
+                .is_none_or(|(status, _)| *status != Status::True)
+        }) {
+            pass.event(
+                EventType::Normal,
+                "DeletionStarted",
+                "the object is being deleted: destroy, then cleanup".into(),
+            )
+            .await;
         }
     }
     let ready = if deleting {
-        Cond::new(conditions::READY, Status::False, "Deleting", "the object is being deleted")
+        Cond::new(
+            conditions::READY,
+            Status::False,
+            "Deleting",
+            "the object is being deleted",
+        )
     } else {
         conditions::ready(pass.status.conditions.as_deref().unwrap_or_default())
     };
@@ -315,7 +405,10 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
     let jobs_api = Api::<Job>::namespaced(ctx.client.clone(), &namespace);
     for (job, outcome) in newly_bookkept {
         let patch = json!({"metadata": {"annotations": {BOOKKEPT: outcome}}});
-        jobs_api.patch(&job, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(Error::Kube)?;
+        jobs_api
+            .patch(&job, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::Kube)?;
     }
     Ok(action)
 }
@@ -323,7 +416,12 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
 /// Records one finished Job: status, events, metrics, the state's adoption
 /// after a successful apply, and the release of its leases and per-run
 /// Secret.
-async fn account<K: Workload>(pass: &mut Pass<'_, K>, job: &Job, op: Op, accounted: &Accounted) -> Result<(), Error> {
+async fn account<K: Workload>(
+    pass: &mut Pass<'_, K>,
+    job: &Job,
+    op: Op,
+    accounted: &Accounted,
+) -> Result<(), Error> {
     let ctx = pass.ctx;
     let job_name = job.name_any();
     pass.status.last_run = Some(accounted.last_run.clone());
@@ -339,7 +437,14 @@ async fn account<K: Workload>(pass: &mut Pass<'_, K>, job: &Job, op: Op, account
         Some("interrupted") => metrics::JobResult::Interrupted,
         Some(_) => metrics::JobResult::Failed,
     };
-    ctx.metrics.jobs.get_or_create(&JobLabels { kind, op: metrics_op(op), result }).inc();
+    ctx.metrics
+        .jobs
+        .get_or_create(&JobLabels {
+            kind,
+            op: metrics_op(op),
+            result,
+        })
+        .inc();
     if accounted.succeeded {
         if let Some(image) = job
             .spec
@@ -348,31 +453,69 @@ async fn account<K: Workload>(pass: &mut Pass<'_, K>, job: &Job, op: Op, account
             .and_then(|s| s.containers.iter().find(|c| c.name == "source"))
             .and_then(|c| c.image.clone())
         {
-            pass.status.source.get_or_insert_with(SourceStatus::default).image = Some(image);
+            pass.status
+                .source
+                .get_or_insert_with(SourceStatus::default)
+                .image = Some(image);
         }
-        pass.job_event(EventType::Normal, "JobSucceeded", format!("{} Job {job_name} succeeded", op.as_str()), job).await;
+        pass.job_event(
+            EventType::Normal,
+            "JobSucceeded",
+            format!("{} Job {job_name} succeeded", op.as_str()),
+            job,
+        )
+        .await;
         if matches!(op, Op::Apply | Op::Restore)
-            && let Some(hash) = annotation(job, INPUTS_HASH) {
-                adopt(pass, hash).await?;
-            }
+            && let Some(hash) = annotation(job, INPUTS_HASH)
+        {
+            adopt(pass, hash).await?;
+        }
         if op == Op::Apply {
             let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &pass.namespace);
-            durable::mark_applied(&secrets, K::KIND, &pass.name).await.map_err(Error::Kube)?;
+            durable::mark_applied(&secrets, K::KIND, &pass.name)
+                .await
+                .map_err(Error::Kube)?;
         }
         if let (Op::Restore, Some(serial)) = (op, annotation(job, RESTORE_SERIAL)) {
             restored(pass, serial, &job_name).await?;
         }
     } else {
-        let summary = accounted.last_run.error.as_ref().and_then(|e| e.summary.clone()).unwrap_or_default();
-        pass.job_event(EventType::Warning, "JobFailed", format!("{} Job {job_name} failed: {summary}", op.as_str()), job).await;
+        let summary = accounted
+            .last_run
+            .error
+            .as_ref()
+            .and_then(|e| e.summary.clone())
+            .unwrap_or_default();
+        pass.job_event(
+            EventType::Warning,
+            "JobFailed",
+            format!("{} Job {job_name} failed: {summary}", op.as_str()),
+            job,
+        )
+        .await;
         if op == Op::Restore {
-            ctx.metrics.state_restores.get_or_create(&metrics::RestoreLabels { kind, result: metrics::RestoreResult::Failed }).inc();
-            pass.job_event(EventType::Warning, "StateRestoreFailed", format!("restore Job {job_name} failed: {summary}"), job).await;
+            ctx.metrics
+                .state_restores
+                .get_or_create(&metrics::RestoreLabels {
+                    kind,
+                    result: metrics::RestoreResult::Failed,
+                })
+                .inc();
+            pass.job_event(
+                EventType::Warning,
+                "StateRestoreFailed",
+                format!("restore Job {job_name} failed: {summary}"),
+                job,
+            )
+            .await;
         }
     }
     release(pass, &job_name).await?;
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &pass.namespace);
-    match secrets.delete(&names::run_secret(&job_name), &DeleteParams::default()).await {
+    match secrets
+        .delete(&names::run_secret(&job_name), &DeleteParams::default())
+        .await
+    {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 404 => {}
         Err(e) => return Err(Error::Kube(e)),
@@ -405,13 +548,26 @@ async fn adopt<K: Workload>(pass: &mut Pass<'_, K>, hash: &str) -> Result<(), Er
         if !owners.iter().any(|o| o.uid == owner.uid) {
             owners.push(owner.clone());
         }
-        let mut metadata = json!({"ownerReferences": owners, "resourceVersion": chunk.metadata.resource_version});
+        let mut metadata =
+            json!({"ownerReferences": owners, "resourceVersion": chunk.metadata.resource_version});
         if is_base {
             metadata["annotations"] = json!({INPUTS_HASH: hash});
         }
-        secrets.patch(&name, &PatchParams::default(), &Patch::Merge(&json!({"metadata": metadata}))).await.map_err(Error::Kube)?;
+        secrets
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"metadata": metadata})),
+            )
+            .await
+            .map_err(Error::Kube)?;
     }
-    pass.event(EventType::Normal, "StateAdopted", format!("adopted the state of the apply with inputs hash {hash}")).await;
+    pass.event(
+        EventType::Normal,
+        "StateAdopted",
+        format!("adopted the state of the apply with inputs hash {hash}"),
+    )
+    .await;
     Ok(())
 }
 
@@ -429,12 +585,22 @@ async fn backup<K: Workload>(
     let ctx = pass.ctx;
     let keep = ctx.settings.state_backups;
     let kind = metrics_kind(K::KIND);
-    let count = |result| ctx.metrics.state_backups.get_or_create(&metrics::BackupLabels { kind, result }).inc();
+    let count = |result| {
+        ctx.metrics
+            .state_backups
+            .get_or_create(&metrics::BackupLabels { kind, result })
+            .inc()
+    };
     let serial = match &snapshot.readable {
         StateReadable::Read(st) => i64::try_from(st.serial).ok().filter(|s| *s >= 1),
         _ => None,
     };
-    match backups::should_back_up(&snapshot.readable, pass.status.observed_state_serial, keep, false) {
+    match backups::should_back_up(
+        &snapshot.readable,
+        pass.status.observed_state_serial,
+        keep,
+        false,
+    ) {
         BackupDecision::Take { serial: taken } => {
             if let StateReadable::Read(st) = &snapshot.readable {
                 let owner = backups::Owner {
@@ -444,8 +610,17 @@ async fn backup<K: Workload>(
                     cluster_name: pass.obj.cluster_name(),
                 };
                 let source_job = pass.status.last_run.as_ref().map(|r| r.job.clone());
-                let outcome = match backups::plan_backup(&pass.suffix, st, &snapshot.secrets, &owner, source_job.as_deref(), pass.now) {
-                    Ok(set) => backups::take(secrets, &set).await.map_err(|e| e.to_string()),
+                let outcome = match backups::plan_backup(
+                    &pass.suffix,
+                    st,
+                    &snapshot.secrets,
+                    &owner,
+                    source_job.as_deref(),
+                    pass.now,
+                ) {
+                    Ok(set) => backups::take(secrets, &set)
+                        .await
+                        .map_err(|e| e.to_string()),
                     Err(e) => Err(e.to_string()),
                 };
                 match outcome {
@@ -453,7 +628,12 @@ async fn backup<K: Workload>(
                         count(metrics::BackupResult::Taken);
                         pass.status.observed_state_serial = serial;
                         let name = names::backup_secret(&pass.suffix, taken);
-                        pass.event(EventType::Normal, "StateBackedUp", format!("state serial {taken} backed up to {name}")).await;
+                        pass.event(
+                            EventType::Normal,
+                            "StateBackedUp",
+                            format!("state serial {taken} backed up to {name}"),
+                        )
+                        .await;
                     }
                     Err(why) => {
                         // Retried next pass: the serial stays unobserved.
@@ -474,11 +654,15 @@ async fn backup<K: Workload>(
             }
         }
     }
-    let existing = backups::existing(secrets, &pass.suffix).await.map_err(Error::Backup)?;
+    let existing = backups::existing(secrets, &pass.suffix)
+        .await
+        .map_err(Error::Backup)?;
     let mut infos = backups::list(&existing, &pass.suffix);
     let pruned = backups::prune(&infos, keep);
     if !pruned.is_empty() {
-        backups::delete_serials(secrets, &pass.suffix, &pruned).await.map_err(Error::Backup)?;
+        backups::delete_serials(secrets, &pass.suffix, &pruned)
+            .await
+            .map_err(Error::Backup)?;
         for _ in &pruned {
             count(metrics::BackupResult::Pruned);
         }
@@ -491,7 +675,11 @@ async fn backup<K: Workload>(
 
 /// A restore succeeded: the request annotation goes (if it still asks for
 /// this serial) and StateRestored is recorded.
-async fn restored<K: Workload>(pass: &mut Pass<'_, K>, serial: &str, job: &str) -> Result<(), Error> {
+async fn restored<K: Workload>(
+    pass: &mut Pass<'_, K>,
+    serial: &str,
+    job: &str,
+) -> Result<(), Error> {
     let ctx = pass.ctx;
     if annotation(pass.obj, RESTORE_STATE) == Some(serial) {
         let api = Api::<K>::namespaced(ctx.client.clone(), &pass.namespace);
@@ -499,20 +687,35 @@ async fn restored<K: Workload>(pass: &mut Pass<'_, K>, serial: &str, job: &str) 
             "annotations": {RESTORE_STATE: null},
             "resourceVersion": pass.obj.meta().resource_version,
         }});
-        api.patch(&pass.name, &PatchParams::default(), &Patch::Merge(&patch)).await.map_err(Error::Kube)?;
+        api.patch(&pass.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::Kube)?;
     }
     ctx.metrics
         .state_restores
-        .get_or_create(&metrics::RestoreLabels { kind: metrics_kind(K::KIND), result: metrics::RestoreResult::Succeeded })
+        .get_or_create(&metrics::RestoreLabels {
+            kind: metrics_kind(K::KIND),
+            result: metrics::RestoreResult::Succeeded,
+        })
         .inc();
-    pass.event(EventType::Normal, "StateRestored", format!("Job {job} restored the state from backup serial {serial}")).await;
+    pass.event(
+        EventType::Normal,
+        "StateRestored",
+        format!("Job {job} restored the state from backup serial {serial}"),
+    )
+    .await;
     Ok(())
 }
 
 /// What a restore request asks for, once checked against the backups.
 enum RestoreDue {
     /// Push this complete backup set.
-    Push { serial: String, chunks: Vec<String>, resources: u64, inputs_hash: Option<String> },
+    Push {
+        serial: String,
+        chunks: Vec<String>,
+        resources: u64,
+        inputs_hash: Option<String>,
+    },
     /// Nothing to start now; the condition says why.
     Wait,
 }
@@ -521,7 +724,12 @@ enum RestoreDue {
 /// §8.2: it goes before any apply): a serial with no complete backup gives
 /// RestoreBackupNotFound and no Job, and a serial whose restore failed is
 /// not tried again.
-async fn restore_due<K: Workload>(pass: &mut Pass<'_, K>, raw: &str, jobs: &[Job], secrets: &Api<Secret>) -> Result<RestoreDue, Error> {
+async fn restore_due<K: Workload>(
+    pass: &mut Pass<'_, K>,
+    raw: &str,
+    jobs: &[Job],
+    secrets: &Api<Secret>,
+) -> Result<RestoreDue, Error> {
     let failed_before = jobs.iter().any(|j| {
         job_op(j) == Some(Op::Restore)
             && annotation(j, RESTORE_SERIAL) == Some(raw)
@@ -530,20 +738,41 @@ async fn restore_due<K: Workload>(pass: &mut Pass<'_, K>, raw: &str, jobs: &[Job
     if failed_before {
         return Ok(RestoreDue::Wait);
     }
-    let not_found = |why: String| Cond::new(conditions::RESTORE_JOB_SUCCEEDED, Status::False, "RestoreBackupNotFound", why);
+    let not_found = |why: String| {
+        Cond::new(
+            conditions::RESTORE_JOB_SUCCEEDED,
+            Status::False,
+            "RestoreBackupNotFound",
+            why,
+        )
+    };
     let Some(serial) = raw.parse::<u64>().ok().filter(|s| *s >= 1) else {
-        pass.set(not_found(format!("{RESTORE_STATE} is {raw:?}, not a state serial")));
+        pass.set(not_found(format!(
+            "{RESTORE_STATE} is {raw:?}, not a state serial"
+        )));
         return Ok(RestoreDue::Wait);
     };
-    let existing = backups::existing(secrets, &pass.suffix).await.map_err(Error::Backup)?;
-    let complete = backups::list(&existing, &pass.suffix).into_iter().any(|i| i.serial == serial && i.complete);
+    let existing = backups::existing(secrets, &pass.suffix)
+        .await
+        .map_err(Error::Backup)?;
+    let complete = backups::list(&existing, &pass.suffix)
+        .into_iter()
+        .any(|i| i.serial == serial && i.complete);
     if !complete {
-        pass.set(not_found(format!("no complete backup of state serial {serial} ({})", names::backup_secret(&pass.suffix, serial))));
+        pass.set(not_found(format!(
+            "no complete backup of state serial {serial} ({})",
+            names::backup_secret(&pass.suffix, serial)
+        )));
         return Ok(RestoreDue::Wait);
     }
     let mut chunks: Vec<(u64, &Secret)> = existing
         .iter()
-        .filter_map(|s| Some((names::backup_chunk_index(&pass.suffix, serial, s.metadata.name.as_deref()?)?, s)))
+        .filter_map(|s| {
+            Some((
+                names::backup_chunk_index(&pass.suffix, serial, s.metadata.name.as_deref()?)?,
+                s,
+            ))
+        })
         .collect();
     chunks.sort_by_key(|(i, _)| *i);
     let first = chunks.first().map(|(_, s)| *s);
@@ -551,7 +780,9 @@ async fn restore_due<K: Workload>(pass: &mut Pass<'_, K>, raw: &str, jobs: &[Job
         .and_then(|s| annotation(s, backups::RESOURCES_ANNOTATION))
         .and_then(|r| r.parse().ok())
         .unwrap_or(0);
-    let inputs_hash = first.and_then(|s| annotation(s, INPUTS_HASH)).map(str::to_string);
+    let inputs_hash = first
+        .and_then(|s| annotation(s, INPUTS_HASH))
+        .map(str::to_string);
     Ok(RestoreDue::Push {
         serial: serial.to_string(),
         chunks: chunks.iter().map(|(_, s)| s.name_any()).collect(),
@@ -577,9 +808,15 @@ async fn release<K: Workload>(pass: &Pass<'_, K>, job: &str) -> Result<(), Error
     let api = Api::<Lease>::namespaced(pass.ctx.client.clone(), &pass.namespace);
     leases::release(&api, &names::run_lease(&pass.suffix), job).await?;
     if K::KIND == Kind::Cluster
-        && let Some(cluster) = pass.obj.cluster_name() {
-            leases::release(&api, &names::cluster_write_lease(&pass.namespace, cluster), job).await?;
-        }
+        && let Some(cluster) = pass.obj.cluster_name()
+    {
+        leases::release(
+            &api,
+            &names::cluster_write_lease(&pass.namespace, cluster),
+            job,
+        )
+        .await?;
+    }
     Ok(())
 }
 
@@ -617,17 +854,27 @@ enum Phase {
     Live,
     /// `destroyed`: a destroy of the object succeeded, so a missing state
     /// is cleaned up, not lost.
-    Deleting { destroyed: bool },
+    Deleting {
+        destroyed: bool,
+    },
 }
 
-async fn gather<K: Workload>(pass: &mut Pass<'_, K>, uid: &str, phase: Phase) -> Result<Gathered, Error> {
+async fn gather<K: Workload>(
+    pass: &mut Pass<'_, K>,
+    uid: &str,
+    phase: Phase,
+) -> Result<Gathered, Error> {
     let ctx = pass.ctx;
     let obj = pass.obj;
     let ns = pass.namespace.clone();
     let cluster = cluster_of(ctx, obj, &ns).await?;
     let spec = obj.workspace();
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
-    let durable = match secrets.get_opt(&names::inputs_secret(K::KIND, &pass.name)).await.map_err(Error::Kube)? {
+    let durable = match secrets
+        .get_opt(&names::inputs_secret(K::KIND, &pass.name))
+        .await
+        .map_err(Error::Kube)?
+    {
         Some(s) if durable::owned_by(&s, uid) => durable::read(&s),
         _ => None,
     };
@@ -635,7 +882,10 @@ async fn gather<K: Workload>(pass: &mut Pass<'_, K>, uid: &str, phase: Phase) ->
     // A machine or pool whose cluster is gone still destroys with the
     // identity its apply used (ref §8.6: a missing owner never blocks a
     // deletion); the identity must still allow the namespace.
-    let recorded = durable.as_ref().and_then(|d| d.identity.as_deref()).filter(|_| phase != Phase::Live);
+    let recorded = durable
+        .as_ref()
+        .and_then(|d| d.identity.as_deref())
+        .filter(|_| phase != Phase::Live);
     let identity = credentials::identity_name(spec, cluster.as_ref()).or(recorded);
     let creds = credentials::ensure(&ctx.client, &ns, identity, owner_reference(obj)?).await?;
     let credentials = creds.allowed.status == Status::True && creds.identity.is_some();
@@ -648,7 +898,10 @@ async fn gather<K: Workload>(pass: &mut Pass<'_, K>, uid: &str, phase: Phase) ->
 
     let settings = policy::resolve(
         spec.jobs.as_ref(),
-        cluster.as_ref().and_then(|c| c.spec.defaults.as_ref()).and_then(|d| d.jobs.as_ref()),
+        cluster
+            .as_ref()
+            .and_then(|c| c.spec.defaults.as_ref())
+            .and_then(|d| d.jobs.as_ref()),
     );
     let rendered = inputs::render(&InputsRequest {
         kind: K::KIND,
@@ -659,7 +912,14 @@ async fn gather<K: Workload>(pass: &mut Pass<'_, K>, uid: &str, phase: Phase) ->
         template: annotation(obj, "cluster.x-k8s.io/cloned-from-name"),
         variables: spec.variables.as_ref(),
     });
-    Ok(Gathered { credentials, identity, secrets, view, settings, rendered })
+    Ok(Gathered {
+        credentials,
+        identity,
+        secrets,
+        view,
+        settings,
+        rendered,
+    })
 }
 
 /// Reads the state (StateReadable, its gauges, events and counter) and
@@ -674,7 +934,10 @@ async fn read_state<K: Workload>(
     let ctx = pass.ctx;
     let snapshot = state::snapshot(secrets, &pass.suffix).await?;
     let ever_applied = durable.as_ref().is_some_and(|d| d.applied)
-        || !backups::existing(secrets, &pass.suffix).await.map_err(Error::Backup)?.is_empty();
+        || !backups::existing(secrets, &pass.suffix)
+            .await
+            .map_err(Error::Backup)?
+            .is_empty();
     let labels = pass.labels();
     let reason = snapshot.readable.reason();
     let mut status = match reason.status() {
@@ -704,14 +967,26 @@ async fn read_state<K: Workload>(
             StateFact::NotFound
         }
         StateReadable::Read(st) => {
-            ctx.metrics.state_bytes.get_or_create(&labels).set(i64::try_from(st.compressed_bytes).unwrap_or(i64::MAX));
-            ctx.metrics.state_resources.get_or_create(&labels).set(i64::try_from(st.managed_resources).unwrap_or(i64::MAX));
+            ctx.metrics
+                .state_bytes
+                .get_or_create(&labels)
+                .set(i64::try_from(st.compressed_bytes).unwrap_or(i64::MAX));
+            ctx.metrics
+                .state_resources
+                .get_or_create(&labels)
+                .set(i64::try_from(st.managed_resources).unwrap_or(i64::MAX));
             let serial = i64::try_from(st.serial).ok().filter(|s| *s >= 1);
-            if serial.is_some() && serial != pass.status.observed_state_serial
-                && let Some(note) = st.near_secret_limit_note() {
-                    pass.event(EventType::Warning, state::NEAR_SECRET_LIMIT_REASON, note).await;
-                }
-            let hash = snapshot.base(&pass.suffix).and_then(|b| annotation(b, INPUTS_HASH)).map(str::to_string);
+            if serial.is_some()
+                && serial != pass.status.observed_state_serial
+                && let Some(note) = st.near_secret_limit_note()
+            {
+                pass.event(EventType::Warning, state::NEAR_SECRET_LIMIT_REASON, note)
+                    .await;
+            }
+            let hash = snapshot
+                .base(&pass.suffix)
+                .and_then(|b| annotation(b, INPUTS_HASH))
+                .map(str::to_string);
             StateFact::Read { inputs_hash: hash }
         }
         StateReadable::Unreadable(_) => StateFact::Unreadable,
@@ -722,11 +997,18 @@ async fn read_state<K: Workload>(
         false => snapshot
             .readable
             .metric_reason()
-            .and_then(|r| metrics::StateReadError::ALL.iter().copied().find(|m| m.as_str() == r))
+            .and_then(|r| {
+                metrics::StateReadError::ALL
+                    .iter()
+                    .copied()
+                    .find(|m| m.as_str() == r)
+            })
             .map(|m| (m, "StateUnreadable")),
     };
 
-    let force_unlock = match locks::inspect(&ctx.client, &pass.namespace, K::KIND, &pass.name).await? {
+    let force_unlock = match locks::inspect(&ctx.client, &pass.namespace, K::KIND, &pass.name)
+        .await?
+    {
         Verdict::Free | Verdict::Alive { .. } => None,
         Verdict::Stale { id, pod, .. } => {
             debug!(%pod, "the state lock is stale: the next Job force-unlocks it");
@@ -746,15 +1028,27 @@ async fn read_state<K: Workload>(
     let note = readable.message.clone();
     pass.set(readable);
     let transitioned = pass.transitions.len() > before;
-    let entered_unreadable = transitioned && matches!(snapshot.readable, StateReadable::Unreadable(_));
+    let entered_unreadable =
+        transitioned && matches!(snapshot.readable, StateReadable::Unreadable(_));
     if let (true, Some((metric_reason, event))) = (transitioned, read_error) {
         ctx.metrics
             .state_read_errors
-            .get_or_create(&StateReadErrorLabels { kind: metrics_kind(K::KIND), reason: metric_reason })
+            .get_or_create(&StateReadErrorLabels {
+                kind: metrics_kind(K::KIND),
+                reason: metric_reason,
+            })
             .inc();
         pass.event(EventType::Warning, event, note).await;
     }
-    Ok(StateView { snapshot, fact, force_unlock, entered_unreadable, ever_applied, lost, durable })
+    Ok(StateView {
+        snapshot,
+        fact,
+        force_unlock,
+        entered_unreadable,
+        ever_applied,
+        lost,
+        durable,
+    })
 }
 
 /// Whether a Job may start: the credentials are there and the runner's
@@ -767,15 +1061,33 @@ async fn may_start<K: Workload>(pass: &mut Pass<'_, K>, g: &Gathered) -> Result<
     let account = &g.settings.service_account_name;
     match rbac::ensure(&pass.ctx.client, &pass.namespace, account).await {
         Ok(()) => {
-            pass.set(Cond::new(RUNNER_RBAC_READY, Status::True, "RBACReady", format!("ServiceAccount {account} is bound to ClusterRole {}", names::RUNNER_RBAC)));
+            pass.set(Cond::new(
+                RUNNER_RBAC_READY,
+                Status::True,
+                "RBACReady",
+                format!(
+                    "ServiceAccount {account} is bound to ClusterRole {}",
+                    names::RUNNER_RBAC
+                ),
+            ));
             Ok(true)
         }
         Err(e @ (rbac::RbacError::NotOptedIn(_) | rbac::RbacError::ForeignRoleBinding { .. })) => {
-            pass.set(Cond::new(RUNNER_RBAC_READY, Status::False, e.reason(), e.to_string()));
+            pass.set(Cond::new(
+                RUNNER_RBAC_READY,
+                Status::False,
+                e.reason(),
+                e.to_string(),
+            ));
             Ok(false)
         }
         Err(e) => {
-            pass.set(Cond::new(RUNNER_RBAC_READY, Status::False, e.reason(), e.to_string()));
+            pass.set(Cond::new(
+                RUNNER_RBAC_READY,
+                Status::False,
+                e.reason(),
+                e.to_string(),
+            ));
             Err(e.into())
         }
     }
@@ -791,11 +1103,22 @@ async fn idle<K: Workload>(
 ) -> Result<Action, Error> {
     let ctx = pass.ctx;
     let g = gather(pass, uid, Phase::Live).await?;
-    backup(pass, &g.secrets, &g.view.snapshot, g.view.entered_unreadable).await?;
+    backup(
+        pass,
+        &g.secrets,
+        &g.view.snapshot,
+        g.view.entered_unreadable,
+    )
+    .await?;
     let rendered = match &g.rendered {
         Ok(r) => r,
         Err(e) => {
-            pass.set(Cond::new(conditions::APPLY_JOB_SUCCEEDED, Status::False, e.reason(), e.to_string()));
+            pass.set(Cond::new(
+                conditions::APPLY_JOB_SUCCEEDED,
+                Status::False,
+                e.reason(),
+                e.to_string(),
+            ));
             return Ok(Action::requeue(ctx.settings.sync_period));
         }
     };
@@ -819,14 +1142,38 @@ async fn idle<K: Workload>(
     let reason = match (&restore, decision) {
         (Some(_), _) => decide::ApplyReason::RestoreRequested,
         (None, Decision::Idle) => return Ok(Action::requeue(ctx.settings.sync_period)),
-        (None, Decision::Backoff { wait, failures, reason }) => {
-            debug!(failures, ?wait, "apply due ({}) but backing off", reason.as_str());
+        (
+            None,
+            Decision::Backoff {
+                wait,
+                failures,
+                reason,
+            },
+        ) => {
+            debug!(
+                failures,
+                ?wait,
+                "apply due ({}) but backing off",
+                reason.as_str()
+            );
             return Ok(Action::requeue(wait + Duration::from_secs(1)));
         }
         (None, Decision::Apply(reason)) => reason,
     };
-    if g.credentials && pass.status.conditions.as_deref().and_then(|c| conditions::status_of(c, conditions::APPLY_JOB_SUCCEEDED)).is_none() {
-        pass.set(Cond::new(conditions::APPLY_JOB_SUCCEEDED, Status::Unknown, "NoApplyYet", "no apply has run yet"));
+    if g.credentials
+        && pass
+            .status
+            .conditions
+            .as_deref()
+            .and_then(|c| conditions::status_of(c, conditions::APPLY_JOB_SUCCEEDED))
+            .is_none()
+    {
+        pass.set(Cond::new(
+            conditions::APPLY_JOB_SUCCEEDED,
+            Status::Unknown,
+            "NoApplyYet",
+            "no apply has run yet",
+        ));
     }
     if !may_start(pass, &g).await? {
         return Ok(Action::requeue(ctx.settings.sync_period));
@@ -844,9 +1191,31 @@ async fn idle<K: Workload>(
         restore: None,
     };
     match &restore {
-        Some(RestoreDue::Push { serial, chunks, resources, inputs_hash }) => {
-            let restore = Restore { serial, request: RestoreRequest { chunk_secrets: chunks, resources: *resources }, inputs_hash: inputs_hash.as_deref() };
-            start(pass, Start { op: Op::Restore, restore: Some(restore), ..base }, jobs, uid).await
+        Some(RestoreDue::Push {
+            serial,
+            chunks,
+            resources,
+            inputs_hash,
+        }) => {
+            let restore = Restore {
+                serial,
+                request: RestoreRequest {
+                    chunk_secrets: chunks,
+                    resources: *resources,
+                },
+                inputs_hash: inputs_hash.as_deref(),
+            };
+            start(
+                pass,
+                Start {
+                    op: Op::Restore,
+                    restore: Some(restore),
+                    ..base
+                },
+                jobs,
+                uid,
+            )
+            .await
         }
         _ => start(pass, base, jobs, uid).await,
     }
@@ -863,17 +1232,36 @@ async fn deleting_pass<K: Workload>(
 ) -> Result<Option<Action>, Error> {
     let ctx = pass.ctx;
     let ns = pass.namespace.clone();
-    let dependents = if K::KIND == Kind::Cluster { dependents(ctx, pass.obj, &ns).await? } else { 0 };
+    let dependents = if K::KIND == Kind::Cluster {
+        dependents(ctx, pass.obj, &ns).await?
+    } else {
+        0
+    };
     if K::KIND == Kind::Cluster && dependents == 0 {
-        pass.set(Cond::new(conditions::DELETION_BLOCKED, Status::False, "NotBlocked", "no machine or pool of the cluster is left"));
+        pass.set(Cond::new(
+            conditions::DELETION_BLOCKED,
+            Status::False,
+            "NotBlocked",
+            "no machine or pool of the cluster is left",
+        ));
     }
     let destroyed = finished.iter().any(|f| f.op == Op::Destroy && f.succeeded);
     let g = gather(pass, uid, Phase::Deleting { destroyed }).await?;
     let facts = deletion::Facts {
         kind: K::KIND,
         dependents,
-        abandoned: pass.obj.meta().annotations.as_ref().and_then(|a| a.get(deletion::ABANDON)).is_some_and(|v| v == uid),
-        state: if g.view.lost { StateFact::NotFound } else { g.view.fact.clone() },
+        abandoned: pass
+            .obj
+            .meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(deletion::ABANDON))
+            .is_some_and(|v| v == uid),
+        state: if g.view.lost {
+            StateFact::NotFound
+        } else {
+            g.view.fact.clone()
+        },
         ever_applied: g.view.ever_applied,
         durable_inputs: g.view.durable.is_some(),
         renders: g.rendered.is_ok(),
@@ -898,8 +1286,14 @@ async fn deleting_pass<K: Workload>(
         }
         Step::Hold(hold) => {
             let why = match hold {
-                Hold::Lost => format!("the state Secret {} is missing although the object was applied", names::state_secret(&pass.suffix)),
-                Hold::Unreadable => format!("the state cannot be read ({})", g.view.snapshot.readable.reason().as_str()),
+                Hold::Lost => format!(
+                    "the state Secret {} is missing although the object was applied",
+                    names::state_secret(&pass.suffix)
+                ),
+                Hold::Unreadable => format!(
+                    "the state cannot be read ({})",
+                    g.view.snapshot.readable.reason().as_str()
+                ),
             };
             let message = format!(
                 "deletion held: {why}, so no destroy can run and every Secret is kept. Restore the state from a backup \
@@ -909,13 +1303,24 @@ async fn deleting_pass<K: Workload>(
                 names::state_secret(&pass.suffix),
                 deletion::ABANDON,
             );
-            let held_before = pass.obj.workspace_status().and_then(|s| s.conditions.as_deref()).is_some_and(|c| {
-                c.iter().any(|c| c.type_ == conditions::DELETING && c.reason == "DeletionHeld")
-            });
+            let held_before = pass
+                .obj
+                .workspace_status()
+                .and_then(|s| s.conditions.as_deref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == conditions::DELETING && c.reason == "DeletionHeld")
+                });
             if !held_before {
-                pass.event(EventType::Warning, "DeletionHeld", message.clone()).await;
+                pass.event(EventType::Warning, "DeletionHeld", message.clone())
+                    .await;
             }
-            pass.deleting = Some(Cond::new(conditions::DELETING, Status::True, "DeletionHeld", message));
+            pass.deleting = Some(Cond::new(
+                conditions::DELETING,
+                Status::True,
+                "DeletionHeld",
+                message,
+            ));
             return Ok(Some(Action::requeue(HELD_RECHECK)));
         }
         Step::MissingInputs => {
@@ -925,7 +1330,12 @@ async fn deleting_pass<K: Workload>(
                 deletion::ABANDON,
             );
             let before = pass.transitions.len();
-            pass.set(Cond::new(conditions::APPLY_JOB_SUCCEEDED, Status::False, "DestroyFailed", message.clone()));
+            pass.set(Cond::new(
+                conditions::APPLY_JOB_SUCCEEDED,
+                Status::False,
+                "DestroyFailed",
+                message.clone(),
+            ));
             if pass.transitions.len() > before {
                 pass.event(EventType::Warning, "JobFailed", message).await;
             }
@@ -963,10 +1373,21 @@ async fn deleting_pass<K: Workload>(
 /// TerraformMachines and TerraformMachinePools of a TerraformCluster's
 /// cluster in its namespace (ref §8.6).
 async fn dependents<K: Workload>(ctx: &Context, obj: &K, ns: &str) -> Result<usize, Error> {
-    let Some(cluster) = obj.cluster_name() else { return Ok(0) };
-    let selector = ListParams::default().labels(&format!("{CLUSTER_NAME_LABEL}={}", names::label_value(cluster)));
-    let machines = Api::<TerraformMachine>::namespaced(ctx.client.clone(), ns).list_metadata(&selector).await.map_err(Error::Kube)?;
-    let pools = Api::<TerraformMachinePool>::namespaced(ctx.client.clone(), ns).list_metadata(&selector).await.map_err(Error::Kube)?;
+    let Some(cluster) = obj.cluster_name() else {
+        return Ok(0);
+    };
+    let selector = ListParams::default().labels(&format!(
+        "{CLUSTER_NAME_LABEL}={}",
+        names::label_value(cluster)
+    ));
+    let machines = Api::<TerraformMachine>::namespaced(ctx.client.clone(), ns)
+        .list_metadata(&selector)
+        .await
+        .map_err(Error::Kube)?;
+    let pools = Api::<TerraformMachinePool>::namespaced(ctx.client.clone(), ns)
+        .list_metadata(&selector)
+        .await
+        .map_err(Error::Kube)?;
     Ok(machines.items.len() + pools.items.len())
 }
 
@@ -975,31 +1396,58 @@ async fn dependents<K: Workload>(ctx: &Context, obj: &K, ns: &str) -> Result<usi
 /// Lease; the durable inputs Secret; the run lease and a cluster's write
 /// lease; the object's share of the credentials mirror; the finalizer.
 /// Backups are left to the garbage collector, with the object.
-async fn cleanup<K: Workload>(pass: &mut Pass<'_, K>, snapshot: &state::Snapshot, why: Why, uid: &str) -> Result<(), Error> {
+async fn cleanup<K: Workload>(
+    pass: &mut Pass<'_, K>,
+    snapshot: &state::Snapshot,
+    why: Why,
+    uid: &str,
+) -> Result<(), Error> {
     let ctx = pass.ctx;
     let ns = pass.namespace.clone();
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
     let leases = Api::<Lease>::namespaced(ctx.client.clone(), &ns);
     for secret in &snapshot.secrets {
         let name = secret.name_any();
-        if name == names::state_secret(&pass.suffix) || names::state_chunk_index(&pass.suffix, &name).is_some() {
+        if name == names::state_secret(&pass.suffix)
+            || names::state_chunk_index(&pass.suffix, &name).is_some()
+        {
             delete_if_present(&secrets, &name).await?;
         }
     }
     delete_if_present(&leases, &names::state_lock_lease(&pass.suffix)).await?;
     let inputs = names::inputs_secret(K::KIND, &pass.name);
-    if secrets.get_opt(&inputs).await.map_err(Error::Kube)?.is_some_and(|s| durable::owned_by(&s, uid)) {
+    if secrets
+        .get_opt(&inputs)
+        .await
+        .map_err(Error::Kube)?
+        .is_some_and(|s| durable::owned_by(&s, uid))
+    {
         delete_if_present(&secrets, &inputs).await?;
     }
     delete_if_present(&leases, &names::run_lease(&pass.suffix)).await?;
     if let (Kind::Cluster, Some(cluster)) = (K::KIND, pass.obj.cluster_name()) {
         delete_if_present(&leases, &names::cluster_write_lease(&ns, cluster)).await?;
     }
-    for mirror in credentials::release(&ctx.client, &ns, uid).await.map_err(Error::Kube)? {
-        pass.event(EventType::Normal, "MirrorRemoved", format!("credentials mirror {mirror} deleted: this object was its last user")).await;
+    for mirror in credentials::release(&ctx.client, &ns, uid)
+        .await
+        .map_err(Error::Kube)?
+    {
+        pass.event(
+            EventType::Normal,
+            "MirrorRemoved",
+            format!("credentials mirror {mirror} deleted: this object was its last user"),
+        )
+        .await;
     }
     match why {
-        Why::Destroyed => pass.event(EventType::Normal, "Destroyed", "the destroy succeeded and cleanup ran".into()).await,
+        Why::Destroyed => {
+            pass.event(
+                EventType::Normal,
+                "Destroyed",
+                "the destroy succeeded and cleanup ran".into(),
+            )
+            .await
+        }
         Why::Abandoned => {
             pass.event(
                 EventType::Warning,
@@ -1012,7 +1460,12 @@ async fn cleanup<K: Workload>(pass: &mut Pass<'_, K>, snapshot: &state::Snapshot
     }
     remove_finalizer(pass).await?;
     ctx.metrics.forget(metrics_kind(K::KIND), &ns, &pass.name);
-    pass.event(EventType::Normal, "FinalizerRemoved", format!("finalizer {} removed", deletion::finalizer(K::KIND))).await;
+    pass.event(
+        EventType::Normal,
+        "FinalizerRemoved",
+        format!("finalizer {} removed", deletion::finalizer(K::KIND)),
+    )
+    .await;
     info!(namespace = %ns, name = %pass.name, "deleted ({})", match why {
         Why::Destroyed => "destroyed",
         Why::NeverApplied => "never applied",
@@ -1038,7 +1491,12 @@ where
 }
 
 /// Adds the finalizer, guarded by the resourceVersion read.
-async fn add_finalizer<K: Workload>(ctx: &Context, obj: &K, ns: &str, name: &str) -> Result<(), Error> {
+async fn add_finalizer<K: Workload>(
+    ctx: &Context,
+    obj: &K,
+    ns: &str,
+    name: &str,
+) -> Result<(), Error> {
     let mut finalizers = obj.meta().finalizers.clone().unwrap_or_default();
     finalizers.push(deletion::finalizer(K::KIND).to_string());
     let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.meta().resource_version}});
@@ -1054,15 +1512,31 @@ async fn add_finalizer<K: Workload>(ctx: &Context, obj: &K, ns: &str, name: &str
 /// another controller's entry.
 async fn remove_finalizer<K: Workload>(pass: &Pass<'_, K>) -> Result<(), Error> {
     let ours = deletion::finalizer(K::KIND);
-    let Some(index) = pass.obj.meta().finalizers.iter().flatten().position(|f| f == ours) else { return Ok(()) };
+    let Some(index) = pass
+        .obj
+        .meta()
+        .finalizers
+        .iter()
+        .flatten()
+        .position(|f| f == ours)
+    else {
+        return Ok(());
+    };
     let index = index.to_string();
     let path = || PointerBuf::from_tokens(["metadata", "finalizers", index.as_str()]);
     let patch = json_patch::Patch(vec![
-        PatchOperation::Test(TestOperation { path: path(), value: json!(ours) }),
+        PatchOperation::Test(TestOperation {
+            path: path(),
+            value: json!(ours),
+        }),
         PatchOperation::Remove(RemoveOperation { path: path() }),
     ]);
     match Api::<K>::namespaced(pass.ctx.client.clone(), &pass.namespace)
-        .patch(&pass.name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .patch(
+            &pass.name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(patch),
+        )
         .await
     {
         Ok(_) => Ok(()),
@@ -1094,9 +1568,27 @@ struct Restore<'a> {
 }
 
 /// Takes the leases and creates the Job and its per-run Secret.
-async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Job], uid: &str) -> Result<Action, Error> {
-    let Start { op, rendered, image, settings, identity, force_unlock, reason, restore } = start;
-    let job_condition = if op == Op::Restore { conditions::RESTORE_JOB_SUCCEEDED } else { conditions::APPLY_JOB_SUCCEEDED };
+async fn start<K: Workload>(
+    pass: &mut Pass<'_, K>,
+    start: Start<'_>,
+    jobs: &[Job],
+    uid: &str,
+) -> Result<Action, Error> {
+    let Start {
+        op,
+        rendered,
+        image,
+        settings,
+        identity,
+        force_unlock,
+        reason,
+        restore,
+    } = start;
+    let job_condition = if op == Op::Restore {
+        conditions::RESTORE_JOB_SUCCEEDED
+    } else {
+        conditions::APPLY_JOB_SUCCEEDED
+    };
     let ctx = pass.ctx;
     let obj = pass.obj;
     let ns = pass.namespace.clone();
@@ -1105,7 +1597,8 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
     let job_name = names::job(K::KIND, &pass.name, op, attempt, &hash6);
     let leases_api = Api::<Lease>::namespaced(ctx.client.clone(), &ns);
     let jobs_api = Api::<Job>::namespaced(ctx.client.clone(), &ns);
-    let deadline = Duration::from_secs(u64::try_from(settings.active_deadline_seconds).unwrap_or(0));
+    let deadline =
+        Duration::from_secs(u64::try_from(settings.active_deadline_seconds).unwrap_or(0));
     let request = LeaseRequest {
         kind: K::KIND,
         namespace: &ns,
@@ -1116,8 +1609,20 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
         now: pass.now,
     };
     let run_lease = names::run_lease(&pass.suffix);
-    if let Acquired::HeldBy(holder) = leases::acquire(&leases_api, &leases::run_lease(&request), &jobs_api, deadline).await? {
-        pass.set(Cond::new(job_condition, Status::Unknown, "WaitingForRunLease", format!("Job {holder} holds the run lease {run_lease}")));
+    if let Acquired::HeldBy(holder) = leases::acquire(
+        &leases_api,
+        &leases::run_lease(&request),
+        &jobs_api,
+        deadline,
+    )
+    .await?
+    {
+        pass.set(Cond::new(
+            job_condition,
+            Status::Unknown,
+            "WaitingForRunLease",
+            format!("Job {holder} holds the run lease {run_lease}"),
+        ));
         wait_metric(pass, metrics::LeaseWait::RunLease);
         return Ok(Action::requeue(LEASE_RECHECK));
     }
@@ -1125,21 +1630,45 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
         let gate = names::cluster_write_lease(&ns, cluster);
         if K::KIND == Kind::Cluster {
             if let Some(lease) = leases::cluster_write_lease(&request)
-                && let Acquired::HeldBy(holder) = leases::acquire(&leases_api, &lease, &jobs_api, deadline).await? {
-                    leases::release(&leases_api, &run_lease, &job_name).await?;
-                    pass.set(Cond::new(job_condition, Status::Unknown, "WaitingForRunLease", format!("Job {holder} holds the cluster write lease {gate}")));
-                    wait_metric(pass, metrics::LeaseWait::RunLease);
-                    return Ok(Action::requeue(LEASE_RECHECK));
-                }
+                && let Acquired::HeldBy(holder) =
+                    leases::acquire(&leases_api, &lease, &jobs_api, deadline).await?
+            {
+                leases::release(&leases_api, &run_lease, &job_name).await?;
+                pass.set(Cond::new(
+                    job_condition,
+                    Status::Unknown,
+                    "WaitingForRunLease",
+                    format!("Job {holder} holds the cluster write lease {gate}"),
+                ));
+                wait_metric(pass, metrics::LeaseWait::RunLease);
+                return Ok(Action::requeue(LEASE_RECHECK));
+            }
         } else if let Some(holder) = leases::holder(&leases_api, &gate).await? {
             // A Job that cannot be read counts as running: never go ahead
             // of the cluster on a guess.
-            let running = !matches!(jobs_api.job_state(&holder).await, Ok(JobState::Finished | JobState::Missing));
+            let running = !matches!(
+                jobs_api.job_state(&holder).await,
+                Ok(JobState::Finished | JobState::Missing)
+            );
             if running {
                 leases::release(&leases_api, &run_lease, &job_name).await?;
-                pass.set(Cond::new(job_condition, Status::Unknown, "WaitingForClusterOperation", format!("the cluster's Job {holder} holds the cluster write lease {gate}")));
-                if pass.transitions.last().is_some_and(|t| t.reason == "WaitingForClusterOperation") {
-                    pass.event(EventType::Normal, "WaitingForClusterOperation", format!("waiting for the cluster's Job {holder}")).await;
+                pass.set(Cond::new(
+                    job_condition,
+                    Status::Unknown,
+                    "WaitingForClusterOperation",
+                    format!("the cluster's Job {holder} holds the cluster write lease {gate}"),
+                ));
+                if pass
+                    .transitions
+                    .last()
+                    .is_some_and(|t| t.reason == "WaitingForClusterOperation")
+                {
+                    pass.event(
+                        EventType::Normal,
+                        "WaitingForClusterOperation",
+                        format!("waiting for the cluster's Job {holder}"),
+                    )
+                    .await;
                     wait_metric(pass, metrics::LeaseWait::ClusterOperation);
                 }
                 return Ok(Action::requeue(LEASE_RECHECK));
@@ -1218,7 +1747,12 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
     }
     info!(namespace = %ns, name = %pass.name, job = %job_name, "started {} Job: {}", op.as_str(), reason.as_str());
     if let Some(id) = force_unlock {
-        ctx.metrics.lock_force_unlocks.get_or_create(&metrics::KindLabels { kind: metrics_kind(K::KIND) }).inc();
+        ctx.metrics
+            .lock_force_unlocks
+            .get_or_create(&metrics::KindLabels {
+                kind: metrics_kind(K::KIND),
+            })
+            .inc();
         pass.job_event(
             EventType::Warning,
             "ForceUnlocked",
@@ -1228,17 +1762,38 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
         .await;
     }
     if reason == decide::ApplyReason::InputsChanged {
-        ctx.metrics.inputs_hash_changes.get_or_create(&metrics::KindLabels { kind: metrics_kind(K::KIND) }).inc();
-        pass.event(EventType::Normal, "InputsChanged", format!("inputs hash {} differs from the state's", rendered.inputs_hash)).await;
+        ctx.metrics
+            .inputs_hash_changes
+            .get_or_create(&metrics::KindLabels {
+                kind: metrics_kind(K::KIND),
+            })
+            .inc();
+        pass.event(
+            EventType::Normal,
+            "InputsChanged",
+            format!(
+                "inputs hash {} differs from the state's",
+                rendered.inputs_hash
+            ),
+        )
+        .await;
     }
     ctx.metrics
         .reconcile_op_decisions
-        .get_or_create(&metrics::DecisionLabels { kind: metrics_kind(K::KIND), op: metrics_op(op), reason: reason.metric() })
+        .get_or_create(&metrics::DecisionLabels {
+            kind: metrics_kind(K::KIND),
+            op: metrics_op(op),
+            reason: reason.metric(),
+        })
         .inc();
     pass.job_event(
         EventType::Normal,
         "JobCreated",
-        format!("{} Job {job_name} (attempt {attempt}, image {image}): {}", op.as_str(), reason.as_str()),
+        format!(
+            "{} Job {job_name} (attempt {attempt}, image {image}): {}",
+            op.as_str(),
+            reason.as_str()
+        ),
         &created,
     )
     .await;
@@ -1253,7 +1808,14 @@ async fn start<K: Workload>(pass: &mut Pass<'_, K>, start: Start<'_>, jobs: &[Jo
 
 /// Counts one wait for a lease.
 fn wait_metric<K: Workload>(pass: &Pass<'_, K>, reason: metrics::LeaseWait) {
-    pass.ctx.metrics.lease_waits.get_or_create(&metrics::LeaseWaitLabels { kind: metrics_kind(K::KIND), reason }).inc();
+    pass.ctx
+        .metrics
+        .lease_waits
+        .get_or_create(&metrics::LeaseWaitLabels {
+            kind: metrics_kind(K::KIND),
+            reason,
+        })
+        .inc();
 }
 
 /// The whole computed status, applied server-side: what this pass no
@@ -1265,9 +1827,13 @@ async fn apply_status<K: Workload>(pass: &Pass<'_, K>) -> Result<(), Error> {
         "kind": K::kind(&()),
         "status": pass.status,
     });
-    api.patch_status(&pass.name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(Error::Kube)?;
+    api.patch_status(
+        &pass.name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+    .map_err(Error::Kube)?;
     Ok(())
 }
 
@@ -1280,6 +1846,15 @@ async fn condition_event<K: Workload>(pass: &Pass<'_, K>, t: &Transition) {
         Some((status, reason)) => format!("{}/{reason}", status.as_str()),
         None => "unset".to_string(),
     };
-    let type_ = if t.to == Status::False { EventType::Warning } else { EventType::Normal };
-    pass.event(type_, "ConditionChanged", format!("{}: {from} -> {}/{}", t.type_, t.to.as_str(), t.reason)).await;
+    let type_ = if t.to == Status::False {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    pass.event(
+        type_,
+        "ConditionChanged",
+        format!("{}: {from} -> {}/{}", t.type_, t.to.as_str(), t.reason),
+    )
+    .await;
 }

@@ -14,7 +14,6 @@ use crate::api::{
 use crate::jobs::CLUSTER_NAME_LABEL;
 use crate::names::Kind;
 
-
 pub trait Workload:
     Resource<DynamicType = (), Scope = NamespaceResourceScope>
     + Clone

@@ -60,8 +60,14 @@ pub fn build(record: &Record) -> Secret {
             ..Default::default()
         },
         data: Some(BTreeMap::from([
-            (MAIN_KEY.to_owned(), ByteString(record.inputs.main_tf_json.clone())),
-            (TFVARS_KEY.to_owned(), ByteString(record.inputs.tfvars_json.clone())),
+            (
+                MAIN_KEY.to_owned(),
+                ByteString(record.inputs.main_tf_json.clone()),
+            ),
+            (
+                TFVARS_KEY.to_owned(),
+                ByteString(record.inputs.tfvars_json.clone()),
+            ),
         ])),
         type_: Some("Opaque".into()),
         ..Default::default()
@@ -99,7 +105,12 @@ pub fn read(secret: &Secret) -> Option<Recorded> {
 /// for this object (an owner reference to its uid): anything else is left
 /// alone.
 pub fn owned_by(secret: &Secret, uid: &str) -> bool {
-    secret.metadata.owner_references.iter().flatten().any(|o| o.uid == uid)
+    secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.uid == uid)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -130,7 +141,10 @@ impl crate::error::Categorized for DurableError {
 /// rewrite: once applied, always applied.
 pub async fn write(api: &Api<Secret>, secret: Secret, uid: &str) -> Result<(), DurableError> {
     let name = secret.metadata.name.clone().unwrap_or_default();
-    let api_error = |source| DurableError::Api { name: name.clone(), source };
+    let api_error = |source| DurableError::Api {
+        name: name.clone(),
+        source,
+    };
     for _ in 0..5 {
         let result = match api.get_opt(&name).await.map_err(api_error)? {
             None => api.create(&PostParams::default(), &secret).await.map(drop),
@@ -141,9 +155,14 @@ pub async fn write(api: &Api<Secret>, secret: Secret, uid: &str) -> Result<(), D
                 let mut next = secret.clone();
                 next.metadata.resource_version = existing.metadata.resource_version.clone();
                 if read(&existing).is_some_and(|r| r.applied) {
-                    next.metadata.annotations.get_or_insert_default().insert(APPLIED.to_owned(), "true".to_owned());
+                    next.metadata
+                        .annotations
+                        .get_or_insert_default()
+                        .insert(APPLIED.to_owned(), "true".to_owned());
                 }
-                api.replace(&name, &PostParams::default(), &next).await.map(drop)
+                api.replace(&name, &PostParams::default(), &next)
+                    .await
+                    .map(drop)
             }
         };
         match result {
@@ -158,7 +177,14 @@ pub async fn write(api: &Api<Secret>, secret: Secret, uid: &str) -> Result<(), D
 /// Marks the durable inputs applied, when they exist.
 pub async fn mark_applied(api: &Api<Secret>, kind: Kind, name: &str) -> Result<(), kube::Error> {
     let patch = serde_json::json!({"metadata": {"annotations": {APPLIED: "true"}}});
-    match api.patch(&names::inputs_secret(kind, name), &PatchParams::default(), &Patch::Merge(&patch)).await {
+    match api
+        .patch(
+            &names::inputs_secret(kind, name),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e),
@@ -175,7 +201,11 @@ mod tests {
             namespace: "ns",
             name: "m1",
             cluster_name: Some("c1"),
-            owner: OwnerReference { uid: "u1".into(), name: "m1".into(), ..Default::default() },
+            owner: OwnerReference {
+                uid: "u1".into(),
+                name: "m1".into(),
+                ..Default::default()
+            },
             inputs,
             image: "registry.example/mod:1",
             identity: Some("id"),
@@ -183,7 +213,11 @@ mod tests {
     }
 
     fn inputs() -> RenderedInputs {
-        RenderedInputs { main_tf_json: b"{\"module\":{}}".to_vec(), tfvars_json: b"{}".to_vec(), inputs_hash: "h2:ab".into() }
+        RenderedInputs {
+            main_tf_json: b"{\"module\":{}}".to_vec(),
+            tfvars_json: b"{}".to_vec(),
+            inputs_hash: "h2:ab".into(),
+        }
     }
 
     #[test]
@@ -194,10 +228,23 @@ mod tests {
         assert!(owned_by(&secret, "u1"));
         assert!(!owned_by(&secret, "u2"));
         let labels = secret.metadata.labels.clone().unwrap_or_default();
-        assert_eq!(labels.get(super::super::MANAGED_LABEL).map(String::as_str), Some("true"));
-        assert_eq!(labels.get(super::super::CLUSTER_NAME_LABEL).map(String::as_str), Some("c1"));
+        assert_eq!(
+            labels.get(super::super::MANAGED_LABEL).map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            labels
+                .get(super::super::CLUSTER_NAME_LABEL)
+                .map(String::as_str),
+            Some("c1")
+        );
         let recorded = read(&secret).unwrap();
-        let want = Recorded { inputs, image: Some("registry.example/mod:1".into()), identity: Some("id".into()), applied: false };
+        let want = Recorded {
+            inputs,
+            image: Some("registry.example/mod:1".into()),
+            identity: Some("id".into()),
+            applied: false,
+        };
         assert_eq!(recorded, want);
     }
 
@@ -210,7 +257,12 @@ mod tests {
         let mut no_vars = whole.clone();
         no_vars.data.as_mut().unwrap().remove(TFVARS_KEY);
         let mut no_hash = whole.clone();
-        no_hash.metadata.annotations.as_mut().unwrap().remove(INPUTS_HASH);
+        no_hash
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(INPUTS_HASH);
         let mut no_data = whole;
         no_data.data = None;
         for damaged in [no_main, no_vars, no_hash, no_data] {
@@ -223,7 +275,12 @@ mod tests {
         let inputs = inputs();
         for (value, want) in [("true", true), ("false", false), ("yes", false)] {
             let mut secret = build(&record(&inputs));
-            secret.metadata.annotations.as_mut().unwrap().insert(APPLIED.into(), value.into());
+            secret
+                .metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(APPLIED.into(), value.into());
             assert_eq!(read(&secret).map(|r| r.applied), Some(want), "{value}");
         }
     }

@@ -254,11 +254,12 @@ mod tests {
             ..Default::default()
         };
         // (own, defaults) -> (successful, failed, deadline, lock, account)
-        let table: &[(
-            Option<&JobPolicy>,
-            Option<&JobPolicy>,
-            (i32, i32, i64, i64, &str),
-        )] = &[
+        type Row<'a> = (
+            Option<&'a JobPolicy>,
+            Option<&'a JobPolicy>,
+            (i32, i32, i64, i64, &'a str),
+        );
+        let table: &[Row] = &[
             (Some(&own), Some(&defaults), (0, 7, 1800, 60, "mine")),
             (Some(&own), None, (0, 3, 3600, 60, "mine")),
             (None, Some(&defaults), (9, 7, 1800, 120, "theirs")),
@@ -325,12 +326,14 @@ mod tests {
             ])),
             ..Default::default()
         };
-        let table: &[(
-            Option<&JobPolicy>,
-            Option<&JobPolicy>,
-            &[(&str, &str)],
-            &[&str],
-        )] = &[
+        // (own, defaults) -> (environment, names dropped)
+        type Row<'a> = (
+            Option<&'a JobPolicy>,
+            Option<&'a JobPolicy>,
+            &'a [(&'a str, &'a str)],
+            &'a [&'a str],
+        );
+        let table: &[Row] = &[
             (
                 Some(&own),
                 Some(&defaults),

@@ -42,7 +42,9 @@ impl DevCa {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, common_name);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
@@ -60,7 +62,11 @@ impl DevCa {
     }
 
     /// A serving certificate for the given DNS names and IP addresses.
-    pub fn issue_server(&self, dns_names: &[&str], ips: &[IpAddr]) -> Result<CertKey, DevCertError> {
+    pub fn issue_server(
+        &self,
+        dns_names: &[&str],
+        ips: &[IpAddr],
+    ) -> Result<CertKey, DevCertError> {
         let mut params =
             CertificateParams::new(dns_names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
         params
@@ -84,7 +90,9 @@ impl DevCa {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.distinguished_name.push(DnType::CommonName, user);
         for group in groups {
-            params.distinguished_name.push(DnType::OrganizationName, *group);
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, *group);
         }
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];

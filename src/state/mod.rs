@@ -372,7 +372,9 @@ impl Snapshot {
     /// The base Secret `tfstate-default-<suffix>`, when listed.
     pub fn base<'a>(&'a self, suffix: &str) -> Option<&'a Secret> {
         let base = crate::names::state_secret(suffix);
-        self.secrets.iter().find(|s| s.metadata.name.as_deref() == Some(base.as_str()))
+        self.secrets
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(base.as_str()))
     }
 }
 

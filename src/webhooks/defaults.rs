@@ -25,13 +25,19 @@ pub fn defaults(kind: &str, object: &Value) -> Vec<PatchOperation> {
     let Some(spec) = object.get("spec").and_then(Value::as_object) else {
         return ops;
     };
-    if !matches!(kind, "TerraformCluster" | "TerraformMachine" | "TerraformMachinePool") {
+    if !matches!(
+        kind,
+        "TerraformCluster" | "TerraformMachine" | "TerraformMachinePool"
+    ) {
         return ops;
     }
     if let Some(source) = spec.get("source").and_then(Value::as_object)
         && !source.contains_key("imagePullPolicy")
     {
-        ops.push(add(&["spec", "source", "imagePullPolicy"], json!("IfNotPresent")));
+        ops.push(add(
+            &["spec", "source", "imagePullPolicy"],
+            json!("IfNotPresent"),
+        ));
     }
     if kind == "TerraformCluster" && !spec.contains_key("applyPolicy") {
         ops.push(add(&["spec", "applyPolicy"], json!("Automatic")));
@@ -47,13 +53,21 @@ pub fn defaults(kind: &str, object: &Value) -> Vec<PatchOperation> {
     }
     if let Some(sources) = spec.get("variablesFrom").and_then(Value::as_array) {
         for (i, source) in sources.iter().enumerate() {
-            let Some(source) = source.as_object() else { continue };
+            let Some(source) = source.as_object() else {
+                continue;
+            };
             let index = i.to_string();
             if !source.contains_key("optional") {
-                ops.push(add(&["spec", "variablesFrom", &index, "optional"], json!(false)));
+                ops.push(add(
+                    &["spec", "variablesFrom", &index, "optional"],
+                    json!(false),
+                ));
             }
             if !source.contains_key("format") {
-                ops.push(add(&["spec", "variablesFrom", &index, "format"], json!("String")));
+                ops.push(add(
+                    &["spec", "variablesFrom", &index, "format"],
+                    json!("String"),
+                ));
             }
         }
     }
@@ -123,13 +137,19 @@ mod tests {
 
         let pool = json!({"spec": {"source": {"image": "x:1"}, "drift": {"intervalSeconds": 60}}});
         let out = defaulted("TerraformMachinePool", &pool);
-        assert_eq!(out["spec"]["drift"], json!({"intervalSeconds": 60, "action": "Report"}));
+        assert_eq!(
+            out["spec"]["drift"],
+            json!({"intervalSeconds": 60, "action": "Report"})
+        );
         assert!(out["spec"].get("applyPolicy").is_none());
         assert!(defaults("TerraformMachinePool", &out).is_empty());
 
         let set = json!({"spec": {"source": {"image": "x:1", "imagePullPolicy": "Never"},
             "applyPolicy": "Manual", "drift": {"action": "Remediate"}}});
-        assert!(defaults("TerraformCluster", &set).is_empty(), "set values are kept");
+        assert!(
+            defaults("TerraformCluster", &set).is_empty(),
+            "set values are kept"
+        );
     }
 
     #[test]

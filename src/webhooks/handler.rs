@@ -34,7 +34,9 @@ pub struct Webhooks {
 
 impl Webhooks {
     pub fn new(client: kube::Client) -> Self {
-        Self { client: Some(client) }
+        Self {
+            client: Some(client),
+        }
     }
 
     /// Only the rules that need nothing but the request: for tests of the
@@ -85,7 +87,12 @@ fn respond(request: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> Admis
 impl AdmissionHandler for Webhooks {
     async fn validate(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
         let mut verdict = Verdict::default();
-        let decoded = (|| Ok::<_, Violation>((to_value(request.object.as_ref())?, to_value(request.old_object.as_ref())?)))();
+        let decoded = (|| {
+            Ok::<_, Violation>((
+                to_value(request.object.as_ref())?,
+                to_value(request.old_object.as_ref())?,
+            ))
+        })();
         match (operation(request), decoded) {
             (None, _) => {}
             (_, Err(violation)) => verdict.violations.push(violation),
@@ -113,7 +120,13 @@ impl AdmissionHandler for Webhooks {
             Ok(Some(object)) => object,
             Ok(None) => return AdmissionResponse::from(request),
             Err(violation) => {
-                return respond(request, Verdict { violations: vec![violation], warnings: vec![] });
+                return respond(
+                    request,
+                    Verdict {
+                        violations: vec![violation],
+                        warnings: vec![],
+                    },
+                );
             }
         };
         let ops = defaults(&request.kind.kind, &object);
@@ -122,7 +135,9 @@ impl AdmissionHandler for Webhooks {
         }
         match AdmissionResponse::from(request).with_patch(json_patch::Patch(ops)) {
             Ok(response) => response,
-            Err(e) => AdmissionResponse::from(request).deny(format!("building the defaults patch: {e}")),
+            Err(e) => {
+                AdmissionResponse::from(request).deny(format!("building the defaults patch: {e}"))
+            }
         }
     }
 }
@@ -145,9 +160,13 @@ impl Webhooks {
     }
 
     fn client(&self, what: &str) -> Result<kube::Client, Violation> {
-        self.client
-            .clone()
-            .ok_or_else(|| Violation::forbidden("object", format!("cannot be checked: {what} needs the API server"), None))
+        self.client.clone().ok_or_else(|| {
+            Violation::forbidden(
+                "object",
+                format!("cannot be checked: {what} needs the API server"),
+                None,
+            )
+        })
     }
 
     /// Rule 12: on create, and when spec.secretRef changes, the requesting
@@ -163,7 +182,9 @@ impl Webhooks {
                 .transpose()
                 .map_err(|e| Violation::invalid("object", e.to_string(), None))
         };
-        let Some(new) = decode(review.object)? else { return Ok(()) };
+        let Some(new) = decode(review.object)? else {
+            return Ok(());
+        };
         let old = decode(review.old_object)?;
         if old.is_some_and(|old| old.spec.secret_ref == new.spec.secret_ref) {
             return Ok(());
@@ -234,9 +255,18 @@ impl Webhooks {
         let client = self.client("the identity-in-use check")?;
         let list = ListParams::default();
         let failed = |e: kube::Error| lookup_failed("metadata.name", &e);
-        let clusters = Api::<TerraformCluster>::all(client.clone()).list(&list).await.map_err(failed)?;
-        let machines = Api::<TerraformMachine>::all(client.clone()).list(&list).await.map_err(failed)?;
-        let pools = Api::<TerraformMachinePool>::all(client).list(&list).await.map_err(failed)?;
+        let clusters = Api::<TerraformCluster>::all(client.clone())
+            .list(&list)
+            .await
+            .map_err(failed)?;
+        let machines = Api::<TerraformMachine>::all(client.clone())
+            .list(&list)
+            .await
+            .map_err(failed)?;
+        let pools = Api::<TerraformMachinePool>::all(client)
+            .list(&list)
+            .await
+            .map_err(failed)?;
 
         let names = |r: Option<&IdentityReference>| r.map(|r| r.name.clone());
         let mut user = None;
@@ -255,7 +285,11 @@ impl Webhooks {
             clusters.iter().any(|c| {
                 c.metadata.namespace == meta.namespace
                     && label.is_some()
-                    && c.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL)) == label
+                    && c.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(CLUSTER_NAME_LABEL))
+                        == label
                     && c.spec
                         .defaults
                         .as_ref()
@@ -266,8 +300,20 @@ impl Webhooks {
         };
         for (kind, meta, own) in machines
             .iter()
-            .map(|m| ("TerraformMachine", &m.metadata, m.spec.workspace.identity_ref.as_ref()))
-            .chain(pools.iter().map(|p| ("TerraformMachinePool", &p.metadata, p.spec.workspace.identity_ref.as_ref())))
+            .map(|m| {
+                (
+                    "TerraformMachine",
+                    &m.metadata,
+                    m.spec.workspace.identity_ref.as_ref(),
+                )
+            })
+            .chain(pools.iter().map(|p| {
+                (
+                    "TerraformMachinePool",
+                    &p.metadata,
+                    p.spec.workspace.identity_ref.as_ref(),
+                )
+            }))
         {
             let uses = match own {
                 Some(r) => r.name == name,
@@ -313,8 +359,16 @@ impl Webhooks {
         let name = machine.metadata.name.clone().unwrap_or_default();
         let machines = capi_api(&client, &namespace, "Machine", "machines");
 
-        if machine.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(DELETE_FOR_MOVE))
-            && let Some(cluster) = machine.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL))
+        if machine
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(DELETE_FOR_MOVE))
+            && let Some(cluster) = machine
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(CLUSTER_NAME_LABEL))
         {
             let clusters = capi_api(&client, &namespace, "Cluster", "clusters");
             let paused = clusters
@@ -355,7 +409,12 @@ impl Webhooks {
 /// The owner checks of ref §3 OwnerMismatch: the Machine's infrastructureRef
 /// names this object, the ownerRef's UID is the Machine's, and the cluster
 /// names agree.
-fn passes_owner_checks(owning: &DynamicObject, owner_uid: &str, machine: &TerraformMachine, name: &str) -> bool {
+fn passes_owner_checks(
+    owning: &DynamicObject,
+    owner_uid: &str,
+    machine: &TerraformMachine,
+    name: &str,
+) -> bool {
     let infra = owning.data.pointer("/spec/infrastructureRef");
     let field = |key: &str| infra.and_then(|r| r.get(key)).and_then(Value::as_str);
     let group_ok = match (field("apiGroup"), field("apiVersion")) {
@@ -363,8 +422,15 @@ fn passes_owner_checks(owning: &DynamicObject, owner_uid: &str, machine: &Terraf
         (None, Some(version)) => version.starts_with(&format!("{}/", crate::api::GROUP)),
         (None, None) => false,
     };
-    let cluster_label = machine.metadata.labels.as_ref().and_then(|l| l.get(CLUSTER_NAME_LABEL));
-    let cluster_name = owning.data.pointer("/spec/clusterName").and_then(Value::as_str);
+    let cluster_label = machine
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(CLUSTER_NAME_LABEL));
+    let cluster_name = owning
+        .data
+        .pointer("/spec/clusterName")
+        .and_then(Value::as_str);
     group_ok
         && field("kind") == Some("TerraformMachine")
         && field("name") == Some(name)
@@ -372,9 +438,18 @@ fn passes_owner_checks(owning: &DynamicObject, owner_uid: &str, machine: &Terraf
         && cluster_label.map(String::as_str) == cluster_name
 }
 
-fn capi_api(client: &kube::Client, namespace: &str, kind: &str, plural: &str) -> Api<DynamicObject> {
+fn capi_api(
+    client: &kube::Client,
+    namespace: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind);
-    Api::namespaced_with(client.clone(), namespace, &ApiResource::from_gvk_with_plural(&gvk, plural))
+    Api::namespaced_with(
+        client.clone(),
+        namespace,
+        &ApiResource::from_gvk_with_plural(&gvk, plural),
+    )
 }
 
 fn object_ref(kind: &str, meta: &kube::api::ObjectMeta) -> String {
@@ -387,5 +462,9 @@ fn object_ref(kind: &str, meta: &kube::api::ObjectMeta) -> String {
 
 fn lookup_failed(path: &str, error: &kube::Error) -> Violation {
     warn!(%error, "an admission lookup failed; denying");
-    Violation::forbidden(path, format!("could not be checked against the API server ({error}); try again"), None)
+    Violation::forbidden(
+        path,
+        format!("could not be checked against the API server ({error}); try again"),
+        None,
+    )
 }

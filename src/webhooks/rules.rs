@@ -48,7 +48,11 @@ impl Violation {
         }
     }
 
-    pub fn forbidden(path: impl Into<String>, rule: impl Into<String>, got: Option<String>) -> Self {
+    pub fn forbidden(
+        path: impl Into<String>,
+        rule: impl Into<String>,
+        got: Option<String>,
+    ) -> Self {
         Self {
             forbidden: true,
             ..Self::invalid(path, rule, got)
@@ -154,7 +158,10 @@ pub fn dropped_env_warnings(path: &str, env: &[EnvVar]) -> Vec<String> {
 
 /// The shape of `captf.io/restore-state`: `[1-9][0-9]*` within u64.
 pub fn parse_restore_serial(value: &str) -> Option<u64> {
-    let shaped = value.as_bytes().first().is_some_and(|b| (b'1'..=b'9').contains(b))
+    let shaped = value
+        .as_bytes()
+        .first()
+        .is_some_and(|b| (b'1'..=b'9').contains(b))
         && value.bytes().all(|b| b.is_ascii_digit());
     if shaped { value.parse().ok() } else { None }
 }
@@ -197,7 +204,11 @@ pub fn restore_state(
         let listed = if backups.is_empty() {
             "none".to_string()
         } else {
-            backups.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+            backups
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         };
         return Some(Violation::invalid(
             RESTORE_STATE_PATH,
@@ -225,7 +236,11 @@ pub fn variables(path: &str, variables: &Value, role: Role) -> Vec<Violation> {
     }
     for key in object.keys() {
         if let Some(rule) = variable_key_rule(key, role) {
-            violations.push(Violation::invalid(format!("{path}.{key}"), rule, Some(echo(key))));
+            violations.push(Violation::invalid(
+                format!("{path}.{key}"),
+                rule,
+                Some(echo(key)),
+            ));
         }
     }
     violations
@@ -234,7 +249,9 @@ pub fn variables(path: &str, variables: &Value, role: Role) -> Vec<Violation> {
 /// Why `key` cannot be a user variable of `role`, if it cannot.
 pub fn variable_key_rule(key: &str, role: Role) -> Option<&'static str> {
     let mut chars = key.chars();
-    let identifier = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    let identifier = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
     if !identifier {
         Some("must match ^[a-zA-Z_][a-zA-Z0-9_-]*$")
@@ -250,13 +267,21 @@ pub fn variable_key_rule(key: &str, role: Role) -> Option<&'static str> {
 }
 
 /// Rule 3 for `spec.variablesFrom[i]`: exactly one of configMapRef and secretRef.
-pub fn variables_source_exactly_one(path: &str, config_map: bool, secret: bool) -> Option<Violation> {
+pub fn variables_source_exactly_one(
+    path: &str,
+    config_map: bool,
+    secret: bool,
+) -> Option<Violation> {
     match (config_map, secret) {
         (true, false) | (false, true) => None,
         (both, _) => Some(Violation::invalid(
             path,
             "must set exactly one of configMapRef and secretRef",
-            Some(if both { "both".into() } else { "neither".into() }),
+            Some(if both {
+                "both".into()
+            } else {
+                "neither".into()
+            }),
         )),
     }
 }
@@ -280,7 +305,11 @@ pub fn set_once(path: &str, old: Option<&str>, new: Option<&str>) -> Option<Viol
 
 /// Rule 3 for TerraformClusterIdentity: allowedNamespaces needs a list or a
 /// selector when present (`{}` would silently allow nothing).
-pub fn allowed_namespaces_not_empty(path: &str, has_list: bool, has_selector: bool) -> Option<Violation> {
+pub fn allowed_namespaces_not_empty(
+    path: &str,
+    has_list: bool,
+    has_selector: bool,
+) -> Option<Violation> {
     (!has_list && !has_selector).then(|| {
         Violation::invalid(
             path,
@@ -318,7 +347,9 @@ mod tests {
             let got = lock_timeout_below_deadline("spec.jobs", lock, deadline);
             assert_eq!(got.is_some(), refused, "{lock:?} {deadline:?}: {got:?}");
         }
-        let message = lock_timeout_below_deadline("spec.jobs", Some(3600), None).unwrap().message();
+        let message = lock_timeout_below_deadline("spec.jobs", Some(3600), None)
+            .unwrap()
+            .message();
         assert_eq!(
             message,
             "spec.jobs.lockTimeoutSeconds: must be less than activeDeadlineSeconds, so that waiting for the state lock cannot use up the Job's deadline (got lockTimeoutSeconds 3600, activeDeadlineSeconds 3600 by default)"
@@ -370,14 +401,20 @@ mod tests {
         ];
         for (new, old, deleting, refused, forbidden) in table {
             let got = restore_state(*new, *old, &backups, *deleting);
-            assert_eq!(got.is_some(), *refused, "{new:?} {old:?} {deleting}: {got:?}");
+            assert_eq!(
+                got.is_some(),
+                *refused,
+                "{new:?} {old:?} {deleting}: {got:?}"
+            );
             if let Some(v) = got {
                 assert_eq!(v.forbidden, *forbidden, "{new:?} {old:?}");
                 assert_eq!(v.code(), if *forbidden { 403 } else { 422 });
                 assert!(v.message().starts_with(RESTORE_STATE_PATH));
             }
         }
-        let message = restore_state(Some("9"), Some(None), &backups, false).unwrap().message();
+        let message = restore_state(Some("9"), Some(None), &backups, false)
+            .unwrap()
+            .message();
         assert!(message.contains("(listed: 5, 7)"), "{message}");
     }
 
@@ -395,7 +432,11 @@ mod tests {
             ("bootstrap_data", Role::Cluster, None),
             ("replicas", Role::MachinePool, Some("contract input")),
             ("replicas", Role::Machine, None),
-            ("control_plane_endpoint", Role::Cluster, Some("contract input")),
+            (
+                "control_plane_endpoint",
+                Role::Cluster,
+                Some("contract input"),
+            ),
             ("count", Role::Cluster, Some("meta-argument")),
             ("lifecycle", Role::MachinePool, Some("meta-argument")),
         ];
@@ -403,7 +444,9 @@ mod tests {
             let got = variable_key_rule(key, role);
             match want {
                 None => assert_eq!(got, None, "{key}"),
-                Some(fragment) => assert!(got.is_some_and(|r| r.contains(fragment)), "{key}: {got:?}"),
+                Some(fragment) => {
+                    assert!(got.is_some_and(|r| r.contains(fragment)), "{key}: {got:?}")
+                }
             }
         }
     }
@@ -413,7 +456,10 @@ mod tests {
         let ok = serde_json::json!({"region": "eu", "size": 3});
         assert!(variables("spec.variables", &ok, Role::Machine).is_empty());
         let not_object = serde_json::json!(["a"]);
-        assert_eq!(variables("spec.variables", &not_object, Role::Machine).len(), 1);
+        assert_eq!(
+            variables("spec.variables", &not_object, Role::Machine).len(),
+            1
+        );
         let secretish = serde_json::json!({"count": "hunter2"});
         let v = variables("spec.variables", &secretish, Role::Machine);
         assert_eq!(v.len(), 1);
@@ -422,7 +468,10 @@ mod tests {
         let many: serde_json::Map<String, Value> =
             (0..257).map(|i| (format!("v{i}"), Value::Null)).collect();
         let v = variables("spec.variables", &Value::Object(many), Role::Cluster);
-        assert_eq!(v[0].message(), "spec.variables: must have at most 256 keys (got 257 keys)");
+        assert_eq!(
+            v[0].message(),
+            "spec.variables: must have at most 256 keys (got 257 keys)"
+        );
     }
 
     #[test]
@@ -484,7 +533,9 @@ mod tests {
         assert!(set_once("spec.providerID", Some("aws:///i-1"), None).is_some());
         assert!(immutable("spec.source", &"a", &"a", "is immutable").is_none());
         assert_eq!(
-            immutable("spec.source", &"a", &"b", "is immutable").unwrap().message(),
+            immutable("spec.source", &"a", &"b", "is immutable")
+                .unwrap()
+                .message(),
             "spec.source: is immutable"
         );
     }

@@ -80,10 +80,18 @@ pub fn validate(review: &Review<'_>) -> Verdict {
 type Rule<T> = fn(&T, Option<&T>, &Review<'_>, &mut Verdict);
 
 /// Decodes the new and old objects, then applies `rule`.
-fn typed<T: DeserializeOwned>(review: &Review<'_>, verdict: &mut Verdict, rule: Rule<T>) -> Result<(), Violation> {
+fn typed<T: DeserializeOwned>(
+    review: &Review<'_>,
+    verdict: &mut Verdict,
+    rule: Rule<T>,
+) -> Result<(), Violation> {
     let decode = |value: &Value| {
         serde_json::from_value::<T>(value.clone()).map_err(|e| {
-            Violation::invalid("object", format!("does not match the {} schema: {e}", review.kind), None)
+            Violation::invalid(
+                "object",
+                format!("does not match the {} schema: {e}", review.kind),
+                None,
+            )
         })
     };
     let object = review
@@ -96,7 +104,12 @@ fn typed<T: DeserializeOwned>(review: &Review<'_>, verdict: &mut Verdict, rule: 
     Ok(())
 }
 
-fn cluster(new: &TerraformCluster, old: Option<&TerraformCluster>, review: &Review<'_>, v: &mut Verdict) {
+fn cluster(
+    new: &TerraformCluster,
+    old: Option<&TerraformCluster>,
+    review: &Review<'_>,
+    v: &mut Verdict,
+) {
     workspace("spec", &new.spec.workspace, Role::Cluster, v);
     if let Some(jobs) = new.spec.defaults.as_ref().and_then(|d| d.jobs.as_ref()) {
         job_policy("spec.defaults.jobs", jobs, v);
@@ -110,39 +123,74 @@ fn cluster(new: &TerraformCluster, old: Option<&TerraformCluster>, review: &Revi
     }
     if let Some(old) = old {
         let old_endpoint = old.spec.control_plane_endpoint.as_ref();
-        if old_endpoint.and_then(|e| e.host.as_deref()).is_some_and(|h| !h.is_empty())
+        if old_endpoint
+            .and_then(|e| e.host.as_deref())
+            .is_some_and(|h| !h.is_empty())
             && new.spec.control_plane_endpoint.as_ref() != old_endpoint
         {
             let shown = |e: Option<&crate::api::ApiEndpoint>| {
                 e.map_or("unset".to_string(), |e| {
-                    format!("{}:{}", e.host.as_deref().unwrap_or(""), e.port.unwrap_or(0))
+                    format!(
+                        "{}:{}",
+                        e.host.as_deref().unwrap_or(""),
+                        e.port.unwrap_or(0)
+                    )
                 })
             };
             v.refuse(Some(Violation::invalid(
                 "spec.controlPlaneEndpoint",
-                format!("is immutable once its host is set (was {})", shown(old_endpoint)),
+                format!(
+                    "is immutable once its host is set (was {})",
+                    shown(old_endpoint)
+                ),
                 Some(shown(new.spec.control_plane_endpoint.as_ref())),
             )));
         }
     }
     restore_state(
         new.metadata.annotations.as_ref(),
-        old.map(|o| (o.metadata.annotations.as_ref(), backups(o.status.as_ref().map(|s| &s.workspace)))),
+        old.map(|o| {
+            (
+                o.metadata.annotations.as_ref(),
+                backups(o.status.as_ref().map(|s| &s.workspace)),
+            )
+        }),
         deleting(&new.metadata, old.map(|o| &o.metadata)),
         review,
         v,
     );
 }
 
-fn machine(new: &TerraformMachine, old: Option<&TerraformMachine>, review: &Review<'_>, v: &mut Verdict) {
+fn machine(
+    new: &TerraformMachine,
+    old: Option<&TerraformMachine>,
+    review: &Review<'_>,
+    v: &mut Verdict,
+) {
     workspace("spec", &new.spec.workspace, Role::Machine, v);
     if let Some(old) = old {
         let (n, o) = (&new.spec.workspace, &old.spec.workspace);
-        const RULE: &str = "is immutable: a machine is re-created, never re-applied with other inputs";
+        const RULE: &str =
+            "is immutable: a machine is re-created, never re-applied with other inputs";
         v.refuse(rules::immutable("spec.source", &o.source, &n.source, RULE));
-        v.refuse(rules::immutable("spec.identityRef", &o.identity_ref, &n.identity_ref, RULE));
-        v.refuse(rules::immutable("spec.variables", &o.variables, &n.variables, RULE));
-        v.refuse(rules::immutable("spec.variablesFrom", &o.variables_from, &n.variables_from, RULE));
+        v.refuse(rules::immutable(
+            "spec.identityRef",
+            &o.identity_ref,
+            &n.identity_ref,
+            RULE,
+        ));
+        v.refuse(rules::immutable(
+            "spec.variables",
+            &o.variables,
+            &n.variables,
+            RULE,
+        ));
+        v.refuse(rules::immutable(
+            "spec.variablesFrom",
+            &o.variables_from,
+            &n.variables_from,
+            RULE,
+        ));
         v.refuse(rules::set_once(
             "spec.providerID",
             old.spec.provider_id.as_deref(),
@@ -151,7 +199,12 @@ fn machine(new: &TerraformMachine, old: Option<&TerraformMachine>, review: &Revi
     }
     restore_state(
         new.metadata.annotations.as_ref(),
-        old.map(|o| (o.metadata.annotations.as_ref(), backups(o.status.as_ref().map(|s| &s.workspace)))),
+        old.map(|o| {
+            (
+                o.metadata.annotations.as_ref(),
+                backups(o.status.as_ref().map(|s| &s.workspace)),
+            )
+        }),
         deleting(&new.metadata, old.map(|o| &o.metadata)),
         review,
         v,
@@ -167,7 +220,12 @@ fn machine_pool(
     workspace("spec", &new.spec.workspace, Role::MachinePool, v);
     restore_state(
         new.metadata.annotations.as_ref(),
-        old.map(|o| (o.metadata.annotations.as_ref(), backups(o.status.as_ref().map(|s| &s.workspace)))),
+        old.map(|o| {
+            (
+                o.metadata.annotations.as_ref(),
+                backups(o.status.as_ref().map(|s| &s.workspace)),
+            )
+        }),
         deleting(&new.metadata, old.map(|o| &o.metadata)),
         review,
         v,
@@ -175,10 +233,14 @@ fn machine_pool(
 }
 
 const TEMPLATE_SPEC: &str = "spec.template.spec";
-const TEMPLATE_RULE: &str =
-    "is immutable after creation: create a new template and point the ClusterClass or MachineDeployment at it";
+const TEMPLATE_RULE: &str = "is immutable after creation: create a new template and point the ClusterClass or MachineDeployment at it";
 
-fn template_immutable<T: PartialEq>(old: Option<&T>, new: &T, review: &Review<'_>, v: &mut Verdict) {
+fn template_immutable<T: PartialEq>(
+    old: Option<&T>,
+    new: &T,
+    review: &Review<'_>,
+    v: &mut Verdict,
+) {
     // The ClusterClass controller checks a changed template with a
     // server-side dry run; that must pass for it to report the change.
     if let Some(old) = old
@@ -253,8 +315,11 @@ fn workspace(path: &str, spec: &WorkspaceSpec, role: Role, v: &mut Verdict) {
     }
     if let Some(variables) = &spec.variables {
         let object = Value::Object(variables.0.clone().into_iter().collect());
-        v.violations
-            .extend(rules::variables(&format!("{path}.variables"), &object, role));
+        v.violations.extend(rules::variables(
+            &format!("{path}.variables"),
+            &object,
+            role,
+        ));
     }
     for (i, source) in spec.variables_from.iter().flatten().enumerate() {
         v.refuse(rules::variables_source_exactly_one(
@@ -278,7 +343,8 @@ fn job_policy(path: &str, jobs: &JobPolicy, v: &mut Verdict) {
         ));
     }
     if let Some(env) = &jobs.env {
-        v.warnings.extend(rules::dropped_env_warnings(&format!("{path}.env"), env));
+        v.warnings
+            .extend(rules::dropped_env_warnings(&format!("{path}.env"), env));
     }
 }
 
@@ -293,10 +359,7 @@ fn backups(status: Option<&crate::api::WorkspaceStatus>) -> Vec<u64> {
         .collect()
 }
 
-fn deleting(
-    new: &kube::api::ObjectMeta,
-    old: Option<&kube::api::ObjectMeta>,
-) -> bool {
+fn deleting(new: &kube::api::ObjectMeta, old: Option<&kube::api::ObjectMeta>) -> bool {
     new.deletion_timestamp.is_some() || old.is_some_and(|o| o.deletion_timestamp.is_some())
 }
 
@@ -311,7 +374,11 @@ fn restore_state(
     let value = new.and_then(|a| a.get(RESTORE_STATE)).map(String::as_str);
     let (old_value, serials) = match (review.operation, old) {
         (Operation::Update, Some((annotations, serials))) => (
-            Some(annotations.and_then(|a| a.get(RESTORE_STATE)).map(String::as_str)),
+            Some(
+                annotations
+                    .and_then(|a| a.get(RESTORE_STATE))
+                    .map(String::as_str),
+            ),
             serials,
         ),
         _ => (None, Vec::new()),

@@ -104,9 +104,10 @@ impl ControlPlane {
     /// that made it, and every `#[tokio::test]` has a runtime of its own.
     pub async fn client(&self) -> kube::Client {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig).expect("reading the kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .expect("loading the kubeconfig");
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .expect("loading the kubeconfig");
         kube::Client::try_from(config).expect("building a client")
     }
 
@@ -206,7 +207,11 @@ pub fn start() -> Result<ControlPlane, String> {
 fn start_here() -> Result<ControlPlane, String> {
     let started = Instant::now();
     remove_stale_dirs(DIR_PREFIX, "CAPTF_KEEP_CONTROLPLANE");
-    let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{:x}", std::process::id(), started.elapsed().as_nanos() ^ rand_seed()));
+    let dir = std::env::temp_dir().join(format!(
+        "{DIR_PREFIX}{}-{:x}",
+        std::process::id(),
+        started.elapsed().as_nanos() ^ rand_seed()
+    ));
     fs::create_dir_all(&dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
 
     let etcd = binary("etcd");
@@ -231,7 +236,12 @@ fn start_here() -> Result<ControlPlane, String> {
     result
 }
 
-fn boot(mut plane: ControlPlane, etcd: &Path, apiserver: &Path, kcm: &Path) -> Result<ControlPlane, String> {
+fn boot(
+    mut plane: ControlPlane,
+    etcd: &Path,
+    apiserver: &Path,
+    kcm: &Path,
+) -> Result<ControlPlane, String> {
     let dir = plane.dir.clone();
     let write = |name: &str, contents: &str| -> Result<PathBuf, String> {
         let path = dir.join(name);
@@ -244,11 +254,18 @@ fn boot(mut plane: ControlPlane, etcd: &Path, apiserver: &Path, kcm: &Path) -> R
     // 10.0.0.1 is the kubernetes Service's address in --service-cluster-ip-range.
     let serving = ca
         .issue_server(
-            &["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+            &[
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+            ],
             &[loopback, IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1))],
         )
         .map_err(|e| e.to_string())?;
-    let admin = ca.issue_client("captf-admin", &["system:masters"]).map_err(|e| e.to_string())?;
+    let admin = ca
+        .issue_client("captf-admin", &["system:masters"])
+        .map_err(|e| e.to_string())?;
     let sa_key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
 
     let ca_file = write("ca.crt", ca.cert_pem())?;
@@ -263,7 +280,12 @@ fn boot(mut plane: ControlPlane, etcd: &Path, apiserver: &Path, kcm: &Path) -> R
     let kcm_port = free_port()?;
     plane.server = format!("https://127.0.0.1:{api_port}");
 
-    let kubeconfig = kubeconfig_yaml(&plane.server, ca.cert_pem(), &admin.cert_pem, &admin.key_pem);
+    let kubeconfig = kubeconfig_yaml(
+        &plane.server,
+        ca.cert_pem(),
+        &admin.cert_pem,
+        &admin.key_pem,
+    );
     plane.kubeconfig = write("kubeconfig", &kubeconfig)?;
 
     let etcd_url = format!("http://127.0.0.1:{etcd_client}");
@@ -299,7 +321,10 @@ fn boot(mut plane: ControlPlane, etcd: &Path, apiserver: &Path, kcm: &Path) -> R
             format!("--client-ca-file={}", ca_file.display()),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!("--service-account-key-file={}", sa_pub_file.display()),
-            format!("--service-account-signing-key-file={}", sa_key_file.display()),
+            format!(
+                "--service-account-signing-key-file={}",
+                sa_key_file.display()
+            ),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
             "--authorization-mode=RBAC".into(),
             "--allow-privileged=true".into(),
@@ -348,9 +373,11 @@ impl ControlPlane {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
-        let child = spawn_owned(cmd)
-            .map_err(|e| format!("starting {}: {e}", bin.display()))?;
-        self.children.get_mut().unwrap_or_else(|e| e.into_inner()).push((name, child));
+        let child = spawn_owned(cmd).map_err(|e| format!("starting {}: {e}", bin.display()))?;
+        self.children
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name, child));
         Ok(())
     }
 
@@ -371,7 +398,12 @@ impl ControlPlane {
     fn timed_out(&self, what: &str) -> String {
         let logs: Vec<String> = ["etcd", "kube-apiserver", "kube-controller-manager"]
             .iter()
-            .map(|n| format!("--- {n}.log\n{}", log_tail(&self.dir.join(format!("{n}.log")))))
+            .map(|n| {
+                format!(
+                    "--- {n}.log\n{}",
+                    log_tail(&self.dir.join(format!("{n}.log")))
+                )
+            })
             .collect();
         format!("timed out waiting for {what}\n{}", logs.join("\n"))
     }
@@ -381,7 +413,9 @@ async fn wait_apiserver_ready(plane: &ControlPlane, deadline: Instant) -> Result
     let client = plane.client().await;
     loop {
         plane.check_alive()?;
-        let req = http::Request::get("/readyz").body(Vec::new()).map_err(|e| e.to_string())?;
+        let req = http::Request::get("/readyz")
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
         if let Ok(body) = client.request_text(req).await
             && body.trim() == "ok"
         {
@@ -442,7 +476,8 @@ current-context: captf-test
 }
 
 fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
     listener
         .local_addr()
         .map(|a| a.port())

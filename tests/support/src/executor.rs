@@ -2124,7 +2124,6 @@ impl Objects {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,6 @@
 //! captf-testkit: what the integration tests and the demo share: a real control
 //! plane and a namespace per test.
 
-
 pub mod controlplane;
 pub mod executor;
 pub mod manager;
@@ -17,7 +16,11 @@ use kube::api::{Api, ObjectMeta, PostParams};
 pub async fn namespace(client: &kube::Client, prefix: &str) -> String {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let name = format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    let name = format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
     let ns = Namespace {
         metadata: ObjectMeta {
             name: Some(name.clone()),
@@ -43,14 +46,21 @@ where
         if let Some(value) = probe().await {
             return value;
         }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 
 /// The built tofu, run in `dir` with an environment of its own: nothing of
 /// the test's environment but PATH, so no TF_* variable steers it.
-pub fn tofu(dir: &std::path::Path, home: &std::path::Path, args: &[&str]) -> tokio::process::Command {
+pub fn tofu(
+    dir: &std::path::Path,
+    home: &std::path::Path,
+    args: &[&str],
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(controlplane::binary("tofu"));
     cmd.args(args)
         .current_dir(dir)
@@ -91,8 +101,14 @@ pub fn gzip_bomb(prefix: &[u8], fill: u8, mebibytes: u64) -> Vec<u8> {
     let mut deflate = |input: &[u8], flush: FlushCompress| {
         let mut out = Vec::with_capacity(1 << 20);
         let before = compress.total_in();
-        compress.compress_vec(input, &mut out, flush).expect("deflate");
-        assert_eq!(compress.total_in() - before, input.len() as u64, "deflate took all its input");
+        compress
+            .compress_vec(input, &mut out, flush)
+            .expect("deflate");
+        assert_eq!(
+            compress.total_in() - before,
+            input.len() as u64,
+            "deflate took all its input"
+        );
         out
     };
     let head = [prefix, &mib].concat();

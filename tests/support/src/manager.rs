@@ -9,11 +9,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use captf::server::dev_certs::DevCa;
+use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhookConfiguration, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::ByteString;
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::controlplane::{ControlPlane, spawn_owned, terminate};
@@ -47,21 +47,31 @@ impl Manager {
         let log = std::fs::File::create(dir.path().join("manager.log")).unwrap();
         let mut cmd = Command::new(binary);
         cmd.arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
-                .arg(format!("--webhook-port={webhook_port}"))
-                .arg(format!("--webhook-cert-dir={}", certs.display()))
-                .arg(format!("--health-addr=127.0.0.1:{health_port}"))
-                .arg(format!("--diagnostics-address=127.0.0.1:{diagnostics_port}"))
-                .arg("--insecure-diagnostics")
-                // Jobs' init containers run it; no kubelet pulls it here.
-                .arg("--runner-image=captf.test/runner:dev")
-                .args(extra)
-                .env("RUST_LOG", "info,captf=debug")
-                .env("NO_COLOR", "1")
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().unwrap())
+            .arg(format!("--webhook-port={webhook_port}"))
+            .arg(format!("--webhook-cert-dir={}", certs.display()))
+            .arg(format!("--health-addr=127.0.0.1:{health_port}"))
+            .arg(format!(
+                "--diagnostics-address=127.0.0.1:{diagnostics_port}"
+            ))
+            .arg("--insecure-diagnostics")
+            // Jobs' init containers run it; no kubelet pulls it here.
+            .arg("--runner-image=captf.test/runner:dev")
+            .args(extra)
+            .env("RUST_LOG", "info,captf=debug")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
             .stderr(log);
-        let child = spawn_owned(cmd).unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
-        Manager { child, dir, webhook_port, health_port, diagnostics_port, ca }
+        let child =
+            spawn_owned(cmd).unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
+        Manager {
+            child,
+            dir,
+            webhook_port,
+            health_port,
+            diagnostics_port,
+            ca,
+        }
     }
 
     /// The text of `/metrics`.
@@ -95,7 +105,11 @@ impl Manager {
             if http_status(self.health_port, "/readyz") == Some(200) {
                 return;
             }
-            assert!(Instant::now() < deadline, "the manager never became ready:\n{}", self.log());
+            assert!(
+                Instant::now() < deadline,
+                "the manager never became ready:\n{}",
+                self.log()
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -113,7 +127,8 @@ impl Manager {
         for doc in docs {
             match doc["kind"].as_str() {
                 Some("ValidatingWebhookConfiguration") => {
-                    let mut config: ValidatingWebhookConfiguration = serde_json::from_value(doc).unwrap();
+                    let mut config: ValidatingWebhookConfiguration =
+                        serde_json::from_value(doc).unwrap();
                     for hook in &mut config.webhooks.iter_mut().flatten() {
                         hook.client_config = self.client_config(&hook.client_config);
                     }
@@ -124,7 +139,8 @@ impl Manager {
                         .expect("registering the validating webhook");
                 }
                 Some("MutatingWebhookConfiguration") => {
-                    let mut config: MutatingWebhookConfiguration = serde_json::from_value(doc).unwrap();
+                    let mut config: MutatingWebhookConfiguration =
+                        serde_json::from_value(doc).unwrap();
                     for hook in &mut config.webhooks.iter_mut().flatten() {
                         hook.client_config = self.client_config(&hook.client_config);
                     }
@@ -169,12 +185,18 @@ impl Drop for Manager {
 /// ships it with the manager's RBAC).
 pub async fn install_runner_role(client: &kube::Client) {
     use k8s_openapi::api::rbac::v1::ClusterRole;
-    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/rbac/runner_clusterrole.yaml"))
-        .expect("reading config/rbac/runner_clusterrole.yaml");
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/rbac/runner_clusterrole.yaml"),
+    )
+    .expect("reading config/rbac/runner_clusterrole.yaml");
     let role: ClusterRole = serde_saphyr::from_str(&text).expect("parsing the runner ClusterRole");
     let name = role.metadata.name.clone().expect("a named ClusterRole");
     Api::<ClusterRole>::all(client.clone())
-        .patch(&name, &PatchParams::apply("captf-testkit").force(), &Patch::Apply(&role))
+        .patch(
+            &name,
+            &PatchParams::apply("captf-testkit").force(),
+            &Patch::Apply(&role),
+        )
         .await
         .expect("applying the runner ClusterRole");
 }
@@ -186,29 +208,43 @@ pub async fn install_crds(client: &kube::Client) {
     let crds = captf::api::crds();
     for crd in &crds {
         let name = crd.metadata.name.clone().unwrap();
-        api.patch(&name, &params, &Patch::Apply(crd)).await.expect("applying a CRD");
+        api.patch(&name, &params, &Patch::Apply(crd))
+            .await
+            .expect("applying a CRD");
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     for crd in &crds {
         let name = crd.metadata.name.clone().unwrap();
         loop {
-            let established = api.get(&name).await.ok().and_then(|c| c.status).is_some_and(|s| {
-                s.conditions
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
+            let established = api
+                .get(&name)
+                .await
+                .ok()
+                .and_then(|c| c.status)
+                .is_some_and(|s| {
+                    s.conditions
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
             if established {
                 break;
             }
-            assert!(Instant::now() < deadline, "CRD {name} never became established");
+            assert!(
+                Instant::now() < deadline,
+                "CRD {name} never became established"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn http_response(port: u16, path: &str) -> Option<String> {
@@ -222,13 +258,19 @@ fn http_response(port: u16, path: &str) -> Option<String> {
 
 /// The status code of a plain HTTP GET, or None if nothing answers.
 pub fn http_status(port: u16, path: &str) -> Option<u16> {
-    http_response(port, path)?.split_whitespace().nth(1)?.parse().ok()
+    http_response(port, path)?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// The body of a plain HTTP GET that answered 200.
 pub fn http_get(port: u16, path: &str) -> Option<String> {
     let response = http_response(port, path)?;
     let (head, body) = response.split_once("\r\n\r\n")?;
-    head.split_whitespace().nth(1).filter(|code| *code == "200")?;
+    head.split_whitespace()
+        .nth(1)
+        .filter(|code| *code == "200")?;
     Some(body.to_string())
 }

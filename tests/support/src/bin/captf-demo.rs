@@ -16,8 +16,8 @@ use captf_testkit::manager::{Manager, install_crds, install_runner_role};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PostParams;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::discovery::{Scope, pinned_kind};
 use kube::core::GroupVersionKind;
+use kube::discovery::{Scope, pinned_kind};
 
 fn workspace_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -31,8 +31,14 @@ async fn apply_sample(client: &kube::Client, path: &Path) -> Result<Vec<DynamicO
         serde_saphyr::from_multiple(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut stored = Vec::new();
     for doc in docs {
-        let types = doc.types.clone().ok_or("a sample without apiVersion/kind")?;
-        let (group, version) = types.api_version.split_once('/').unwrap_or(("", &types.api_version));
+        let types = doc
+            .types
+            .clone()
+            .ok_or("a sample without apiVersion/kind")?;
+        let (group, version) = types
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", &types.api_version));
         let gvk = GroupVersionKind::gvk(group, version, &types.kind);
         let (resource, caps) = pinned_kind(client, &gvk).await.map_err(|e| e.to_string())?;
         let api: Api<DynamicObject> = match caps.scope {
@@ -45,26 +51,46 @@ async fn apply_sample(client: &kube::Client, path: &Path) -> Result<Vec<DynamicO
         };
         let name = doc.metadata.name.clone().ok_or("a sample without a name")?;
         let params = PatchParams::apply("captf-demo").force();
-        stored.push(api.patch(&name, &params, &Patch::Apply(&doc)).await.map_err(|e| e.to_string())?);
+        stored.push(
+            api.patch(&name, &params, &Patch::Apply(&doc))
+                .await
+                .map_err(|e| e.to_string())?,
+        );
     }
     Ok(stored)
 }
 
 /// One line per change of an object's conditions, active Job or last run.
 fn progress(kind: &str, name: &str, status: Option<&WorkspaceStatus>) -> Vec<String> {
-    let Some(status) = status else { return vec![format!("{kind}/{name}: no status yet")] };
+    let Some(status) = status else {
+        return vec![format!("{kind}/{name}: no status yet")];
+    };
     let mut lines: Vec<String> = status
         .conditions
         .iter()
         .flatten()
-        .map(|c| format!("{kind}/{name}: {}={} ({}) {}", c.type_, c.status, c.reason, c.message))
+        .map(|c| {
+            format!(
+                "{kind}/{name}: {}={} ({}) {}",
+                c.type_, c.status, c.reason, c.message
+            )
+        })
         .collect();
     if let Some(job) = &status.active_job {
         lines.push(format!("{kind}/{name}: running Job {}", job.name));
     }
     if let Some(run) = &status.last_run {
-        let steps: Vec<String> = run.steps.iter().flatten().map(|s| format!("{}={}", s.name, s.exit_code)).collect();
-        lines.push(format!("{kind}/{name}: last run {} steps [{}]", run.job, steps.join(" ")));
+        let steps: Vec<String> = run
+            .steps
+            .iter()
+            .flatten()
+            .map(|s| format!("{}={}", s.name, s.exit_code))
+            .collect();
+        lines.push(format!(
+            "{kind}/{name}: last run {} steps [{}]",
+            run.job,
+            steps.join(" ")
+        ));
     }
     lines
 }
@@ -87,23 +113,37 @@ async fn follow(client: &kube::Client) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(600);
     loop {
         let cluster = clusters.get("demo").await.map_err(|e| e.to_string())?;
-        let machine = machines.get("demo-machine-0").await.map_err(|e| e.to_string())?;
+        let machine = machines
+            .get("demo-machine-0")
+            .await
+            .map_err(|e| e.to_string())?;
         let c = cluster.status.as_ref().map(|s| &s.workspace);
         let m = machine.status.as_ref().map(|s| &s.workspace);
-        for line in progress("TerraformCluster", "demo", c).into_iter().chain(progress("TerraformMachine", "demo-machine-0", m)) {
+        for line in progress("TerraformCluster", "demo", c)
+            .into_iter()
+            .chain(progress("TerraformMachine", "demo-machine-0", m))
+        {
             if seen.insert(line.clone(), ()).is_none() {
                 println!("    {line}");
             }
         }
         if done(c) && done(m) {
             println!("\n==> applied. Status of TerraformCluster demo:");
-            println!("{}", serde_saphyr::to_string(&cluster.status).map_err(|e| e.to_string())?);
+            println!(
+                "{}",
+                serde_saphyr::to_string(&cluster.status).map_err(|e| e.to_string())?
+            );
             println!("==> Status of TerraformMachine demo-machine-0:");
-            println!("{}", serde_saphyr::to_string(&machine.status).map_err(|e| e.to_string())?);
+            println!(
+                "{}",
+                serde_saphyr::to_string(&machine.status).map_err(|e| e.to_string())?
+            );
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err("the samples were not applied within 10 minutes; see the manager's log".into());
+            return Err(
+                "the samples were not applied within 10 minutes; see the manager's log".into(),
+            );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -124,13 +164,22 @@ async fn demo(plane: &controlplane::ControlPlane) -> Result<(Manager, Executor),
     println!("==> starting {}", manager_bin.display());
     let mut manager = Manager::start(plane, &manager_bin, &[]);
     manager.wait_ready().await;
-    println!("==> registering the webhooks (config/webhook) at https://127.0.0.1:{}", manager.webhook_port);
+    println!(
+        "==> registering the webhooks (config/webhook) at https://127.0.0.1:{}",
+        manager.webhook_port
+    );
     manager.register_webhooks(&client).await;
 
     println!("==> creating Secret default/demo-credentials, which the sample identity names");
     let credentials = Secret {
-        metadata: kube::api::ObjectMeta { name: Some("demo-credentials".into()), ..Default::default() },
-        string_data: Some(BTreeMap::from([("EXAMPLE_API_TOKEN".to_string(), "not-a-real-token".to_string())])),
+        metadata: kube::api::ObjectMeta {
+            name: Some("demo-credentials".into()),
+            ..Default::default()
+        },
+        string_data: Some(BTreeMap::from([(
+            "EXAMPLE_API_TOKEN".to_string(),
+            "not-a-real-token".to_string(),
+        )])),
         ..Default::default()
     };
     Api::<Secret>::namespaced(client.clone(), "default")
@@ -140,10 +189,19 @@ async fn demo(plane: &controlplane::ControlPlane) -> Result<(Manager, Executor),
 
     println!("==> applying config/samples: the webhooks default what nothing inherits");
     for file in ["identity.yaml", "cluster.yaml", "machine.yaml"] {
-        for object in apply_sample(&client, &workspace_root().join("config/samples").join(file)).await? {
-            let kind = object.types.as_ref().map(|t| t.kind.clone()).unwrap_or_default();
+        for object in
+            apply_sample(&client, &workspace_root().join("config/samples").join(file)).await?
+        {
+            let kind = object
+                .types
+                .as_ref()
+                .map(|t| t.kind.clone())
+                .unwrap_or_default();
             let spec = serde_json::to_string_pretty(&object.data["spec"]).unwrap_or_default();
-            println!("--- {kind} {} as stored:\n{spec}", object.metadata.name.unwrap_or_default());
+            println!(
+                "--- {kind} {} as stored:\n{spec}",
+                object.metadata.name.unwrap_or_default()
+            );
         }
     }
     println!("==> the manager starts their apply Jobs; progress:");
