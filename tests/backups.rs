@@ -13,7 +13,7 @@ use captf::backups::{
 use captf::names::{self, Kind};
 use captf::state::{self, StateReadable};
 use captf_testkit::controlplane;
-use captf_testkit::refusal::Refusal;
+use captf_testkit::refusal::{self, Refusal};
 use captf_testkit::{run_ok, tofu};
 use flate2::Compression;
 use flate2::write::GzEncoder;
@@ -296,21 +296,7 @@ impl Fixture {
     /// Refuses creating any Secret named `*-part-1` in the fixture's
     /// namespace, probed by a dry-run create of one.
     async fn refuse_part_1(&self) -> Refusal<impl AsyncFn() -> bool + use<>> {
-        let secrets = self.secrets.clone();
-        let probe = async move || {
-            let secret = Secret {
-                metadata: ObjectMeta {
-                    name: Some("probe-part-1".into()),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            let dry_run = PostParams {
-                dry_run: true,
-                ..Default::default()
-            };
-            secrets.create(&dry_run, &secret).await.is_ok()
-        };
+        let probe = refusal::creating_secret(self.secrets.clone(), "probe-part-1");
         Refusal::install(
             &self.client,
             &self.ns,

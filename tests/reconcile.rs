@@ -8,7 +8,7 @@ use std::time::Duration;
 use captf::api::{TerraformCluster, TerraformClusterIdentity, TerraformMachine, WorkspaceSpec};
 use captf::names::{self, Kind};
 use captf_testkit::controlplane;
-use captf_testkit::refusal::Refusal;
+use captf_testkit::refusal::{self, Refusal};
 use captf_testkit::scenario::*;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::batch::v1::Job;
@@ -1138,21 +1138,7 @@ async fn state_serial(env: &Env, suffix: &str) -> (i64, Vec<u8>) {
 #[tokio::test]
 async fn a_refused_backup_copy_is_retried_on_the_next_reconcile() {
     let env = setup(MANAGER, "backup-retry", &[], &["--sync-period=10s"]).await;
-    let secrets = env.secrets();
-    let probe = async move || {
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some("captf-state-backup-probe".into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let dry_run = PostParams {
-            dry_run: true,
-            ..Default::default()
-        };
-        secrets.create(&dry_run, &secret).await.is_ok()
-    };
+    let probe = refusal::creating_secret(env.secrets(), "captf-state-backup-probe");
     let refusal = Refusal::install(
         &env.client,
         &env.ns,

@@ -9,6 +9,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicyBindingSpec,
     ValidatingAdmissionPolicySpec, Validation,
 };
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
@@ -125,5 +126,24 @@ impl<P: AsyncFn() -> bool> Refusal<P> {
             .unwrap_or_else(|e| panic!("deleting the policy {}: {e}", self.name));
         let what = format!("the policy {} gone", self.name);
         eventually(&what, || async { (self.probe)().await.then_some(()) }).await;
+    }
+}
+
+/// A probe for a refusal of Secret creates: whether a dry-run create of a
+/// Secret named `name` through `secrets` is admitted.
+pub fn creating_secret(secrets: Api<Secret>, name: &str) -> impl AsyncFn() -> bool + use<> {
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    async move || {
+        let dry_run = PostParams {
+            dry_run: true,
+            ..Default::default()
+        };
+        secrets.create(&dry_run, &secret).await.is_ok()
     }
 }
