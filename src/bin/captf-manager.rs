@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use captf::controllers::{self, Concurrency, Settings};
+use captf::controllers::{self, Concurrency, Settings, leader};
 use captf::metrics::Metrics;
 use captf::server::diagnostics::METRICS_CERT_DIR;
 use captf::server::flags::{Command, Flags, LoggingFormat};
@@ -29,7 +29,19 @@ async fn run(flags: Flags) -> Result<(), ServerError> {
     let shutdown = Box::pin(server::shutdown_signal()?);
     let flags = flags.resolve(std::env::var("CAPTF_MANAGER_IMAGE").ok())?;
     let client = server::kube_client(flags.kubeconfig.as_deref()).await?;
-    let readiness = Readiness::new(&[GATE_WEBHOOK, GATE_WATCHES]);
+    // A standby (leader election on, not leading) runs no watches: it is
+    // ready once its webhooks serve, and the watches gate is added when it
+    // starts to lead.
+    let readiness = if flags.leader_elect {
+        Readiness::new(&[GATE_WEBHOOK])
+    } else {
+        Readiness::new(&[GATE_WEBHOOK, GATE_WATCHES])
+    };
+    let timing = flags.leader_elect.then_some(leader::Timing {
+        lease_duration: flags.leader_elect_lease_duration.0,
+        renew_deadline: flags.leader_elect_renew_deadline.0,
+        retry_period: flags.leader_elect_retry_period.0,
+    });
     let metrics = Arc::new(Metrics::new());
     let settings = Settings {
         runner_image: flags.runner_image.clone(),
@@ -62,22 +74,51 @@ async fn run(flags: Flags) -> Result<(), ServerError> {
         let _ = rx.wait_for(|stop| *stop).await;
     };
     let stopped = futures::FutureExt::shared(Box::pin(stopped));
-    let reconcilers = tokio::spawn({
+    let mut reconcilers = tokio::spawn({
         let client = client.clone();
         let readiness = readiness.clone();
         async move {
             let version = server::wait_for_api_server(&client).await;
             info!(%version, "connected to the API server");
-            controllers::run(client, metrics, settings, readiness, stopped).await;
+            let run = {
+                let (client, readiness, stopped) =
+                    (client.clone(), readiness.clone(), stopped.clone());
+                move || {
+                    readiness.require(GATE_WATCHES);
+                    controllers::run(client, metrics, settings, readiness, stopped)
+                }
+            };
+            let Some(timing) = timing else {
+                run().await;
+                return Ok(());
+            };
+            // The manager's namespace: the pod's (downward API), else the
+            // client's (in a pod, the service account's namespace).
+            let namespace = std::env::var("POD_NAMESPACE")
+                .unwrap_or_else(|_| client.default_namespace().to_string());
+            leader::Elector::new(client, &namespace, leader::identity(), timing)
+                .while_leading(stopped, run)
+                .await
         }
     });
-    shutdown.await;
+    // Leading lost ends the process at once, as client-go's elector does:
+    // another replica may lead already. The Deployment restarts it.
+    let lost = tokio::select! {
+        () = shutdown => None,
+        ended = &mut reconcilers => Some(ended),
+    };
     // The reconcilers finish the passes they are in while the listeners
     // drain.
     let _ = stop_tx.send(true);
     listeners.shutdown(&readiness, flags.shutdown_delay.0).await;
-    if let Err(e) = reconcilers.await {
-        error!("the reconcilers stopped abnormally: {e}");
+    let ended = match lost {
+        Some(ended) => ended,
+        None => reconcilers.await,
+    };
+    match ended {
+        Ok(Ok(())) => {}
+        Ok(Err(lost)) => return Err(ServerError::LeaderElectionLost(lost)),
+        Err(e) => error!("the reconcilers stopped abnormally: {e}"),
     }
     info!("stopped");
     Ok(())

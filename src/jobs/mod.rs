@@ -59,6 +59,6 @@ pub fn owner_labels(
 /// Whether a write failed only because another writer came first: a
 /// create found the object, or an update carried a stale resourceVersion.
 /// Reading again and deciding anew is the answer to both.
-fn lost_race(error: &kube::Error) -> bool {
+pub(crate) fn lost_race(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.is_conflict() || status.is_already_exists())
 }

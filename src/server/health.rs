@@ -40,6 +40,11 @@ impl Readiness {
         }
     }
 
+    /// Adds `gate`, not ready, unless it is there already.
+    pub fn require(&self, gate: &'static str) {
+        self.lock().ready.entry(gate).or_insert(false);
+    }
+
     pub fn mark_ready(&self, gate: &'static str) {
         self.lock().ready.insert(gate, true);
     }
@@ -102,5 +107,17 @@ mod tests {
         assert_eq!(r.check(), Ok(()));
         r.start_shutdown();
         assert_eq!(r.check(), Err("shutting down".to_string()));
+    }
+
+    #[test]
+    fn a_required_gate_waits_until_marked_and_requiring_again_keeps_it() {
+        let r = Readiness::new(&["webhook"]);
+        r.mark_ready("webhook");
+        assert_eq!(r.check(), Ok(()));
+        r.require("watches");
+        assert_eq!(r.check(), Err("waiting for: watches".to_string()));
+        r.mark_ready("watches");
+        r.require("watches");
+        assert_eq!(r.check(), Ok(()));
     }
 }

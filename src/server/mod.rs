@@ -44,6 +44,8 @@ pub enum ServerError {
     Client(#[source] kube::Error),
     #[error("installing the signal handlers: {0}")]
     Signals(#[source] io::Error),
+    #[error("leader election lost: {0}")]
+    LeaderElectionLost(crate::controllers::leader::Lost),
 }
 
 impl Categorized for ServerError {
@@ -55,6 +57,8 @@ impl Categorized for ServerError {
             ServerError::Bind { .. } => Category::Transient,
             ServerError::Kubeconfig(_) | ServerError::InferConfig(_) => Category::Invalid,
             ServerError::Client(_) | ServerError::Signals(_) => Category::Internal,
+            // A restart makes the replica a candidate again.
+            ServerError::LeaderElectionLost(_) => Category::Transient,
         }
     }
 }

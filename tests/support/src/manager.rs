@@ -32,6 +32,16 @@ impl Manager {
     /// Starts `binary` against `plane` on free loopback ports, with `extra`
     /// flags after the defaults (a later flag wins in clap).
     pub fn start(plane: &ControlPlane, binary: &Path, extra: &[&str]) -> Manager {
+        Self::start_with_env(plane, binary, extra, &[])
+    }
+
+    /// [`Manager::start`] with environment variables (`POD_NAME`, ...).
+    pub fn start_with_env(
+        plane: &ControlPlane,
+        binary: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Manager {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let ca = DevCa::generate("captf-test-webhook-ca").expect("a CA");
         let serving = ca
@@ -59,6 +69,7 @@ impl Manager {
             .args(extra)
             .env("RUST_LOG", "info,captf=debug")
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
@@ -171,6 +182,22 @@ impl Manager {
     /// SIGTERM, then SIGKILL after ten seconds.
     pub fn stop(&mut self) {
         terminate(&mut self.child);
+    }
+
+    /// SIGKILL: no chance to clean up.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// How the process ended, if it has.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Whether `/readyz` answers 200 now.
+    pub fn ready(&self) -> bool {
+        http_status(self.health_port, "/readyz") == Some(200)
     }
 }
 
