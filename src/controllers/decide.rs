@@ -44,9 +44,9 @@ pub struct Facts {
     pub now: Timestamp,
 }
 
-/// Why an apply is due.
+/// Why a Job is due: mostly an apply, or a restore or a destroy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ApplyReason {
+pub enum JobReason {
     NoState,
     NoInputsHash,
     InputsChanged,
@@ -58,27 +58,27 @@ pub enum ApplyReason {
     Deleting,
 }
 
-impl ApplyReason {
+impl JobReason {
     pub const fn as_str(self) -> &'static str {
         match self {
-            ApplyReason::NoState => "the object has no state yet",
-            ApplyReason::NoInputsHash => "the state carries no inputs hash",
-            ApplyReason::InputsChanged => "the inputs changed",
-            ApplyReason::RetryFailed => "the last apply failed",
-            ApplyReason::RestoreRequested => "captf.io/restore-state asks for a restore",
-            ApplyReason::Deleting => "the object is being deleted",
+            JobReason::NoState => "the object has no state yet",
+            JobReason::NoInputsHash => "the state carries no inputs hash",
+            JobReason::InputsChanged => "the inputs changed",
+            JobReason::RetryFailed => "the last apply failed",
+            JobReason::RestoreRequested => "captf.io/restore-state asks for a restore",
+            JobReason::Deleting => "the object is being deleted",
         }
     }
 
     /// The `reason` label of `captf_reconcile_op_decisions_total`.
     pub const fn metric(self) -> &'static str {
         match self {
-            ApplyReason::NoState => "no_state",
-            ApplyReason::NoInputsHash => "no_inputs_hash",
-            ApplyReason::InputsChanged => "inputs_changed",
-            ApplyReason::RetryFailed => "retry_failed",
-            ApplyReason::RestoreRequested => "restore_requested",
-            ApplyReason::Deleting => "deleting",
+            JobReason::NoState => "no_state",
+            JobReason::NoInputsHash => "no_inputs_hash",
+            JobReason::InputsChanged => "inputs_changed",
+            JobReason::RetryFailed => "retry_failed",
+            JobReason::RestoreRequested => "restore_requested",
+            JobReason::Deleting => "deleting",
         }
     }
 }
@@ -86,10 +86,10 @@ impl ApplyReason {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// Start an apply now.
-    Apply(ApplyReason),
+    Apply(JobReason),
     /// An apply is due but backs off until the delay has passed.
     Backoff {
-        reason: ApplyReason,
+        reason: JobReason,
         wait: Duration,
         failures: u32,
     },
@@ -136,8 +136,8 @@ pub fn decide(facts: &Facts) -> Decision {
         .is_some_and(|f| !f.succeeded);
     let reason = match &facts.state {
         StateFact::Unreadable => return Decision::Idle,
-        StateFact::NotFound => ApplyReason::NoState,
-        StateFact::Read { inputs_hash: None } => ApplyReason::NoInputsHash,
+        StateFact::NotFound => JobReason::NoState,
+        StateFact::Read { inputs_hash: None } => JobReason::NoInputsHash,
         StateFact::Read {
             inputs_hash: Some(applied),
         } => {
@@ -145,14 +145,14 @@ pub fn decide(facts: &Facts) -> Decision {
                 return Decision::Idle;
             }
             match &facts.inputs_hash {
-                Some(current) if current != applied => ApplyReason::InputsChanged,
-                _ if newest_apply_failed => ApplyReason::RetryFailed,
+                Some(current) if current != applied => JobReason::InputsChanged,
+                _ if newest_apply_failed => JobReason::RetryFailed,
                 _ => return Decision::Idle,
             }
         }
     };
     // New inputs start at once; a repeat of what failed waits its turn.
-    if reason == ApplyReason::InputsChanged {
+    if reason == JobReason::InputsChanged {
         return Decision::Apply(reason);
     }
     match backing_off(
@@ -250,7 +250,7 @@ mod tests {
             (
                 "no state",
                 facts(StateFact::NotFound, vec![], 0),
-                Decision::Apply(ApplyReason::NoState),
+                Decision::Apply(JobReason::NoState),
             ),
             (
                 "unreadable",
@@ -260,7 +260,7 @@ mod tests {
             (
                 "no hash",
                 facts(StateFact::Read { inputs_hash: None }, vec![], 0),
-                Decision::Apply(ApplyReason::NoInputsHash),
+                Decision::Apply(JobReason::NoInputsHash),
             ),
             (
                 "same hash",
@@ -270,13 +270,13 @@ mod tests {
             (
                 "changed",
                 facts(hash("h2:old"), vec![failed(0)], 1),
-                Decision::Apply(ApplyReason::InputsChanged),
+                Decision::Apply(JobReason::InputsChanged),
             ),
             (
                 "failed, backing off",
                 facts(StateFact::NotFound, vec![failed(0)], 30),
                 Decision::Backoff {
-                    reason: ApplyReason::NoState,
+                    reason: JobReason::NoState,
                     wait: Duration::from_secs(30),
                     failures: 1,
                 },
@@ -284,13 +284,13 @@ mod tests {
             (
                 "failed, delay over",
                 facts(StateFact::NotFound, vec![failed(0)], 60),
-                Decision::Apply(ApplyReason::NoState),
+                Decision::Apply(JobReason::NoState),
             ),
             (
                 "two failures wait 2m",
                 facts(StateFact::NotFound, vec![failed(100), failed(0)], 200),
                 Decision::Backoff {
-                    reason: ApplyReason::NoState,
+                    reason: JobReason::NoState,
                     wait: Duration::from_secs(20),
                     failures: 2,
                 },
@@ -302,18 +302,18 @@ mod tests {
                     vec![failed(100), ok(50), failed(0), failed(-10)],
                     160,
                 ),
-                Decision::Apply(ApplyReason::NoState),
+                Decision::Apply(JobReason::NoState),
             ),
             (
                 "retry of same inputs",
                 facts(hash("h2:new"), vec![failed(0)], 61),
-                Decision::Apply(ApplyReason::RetryFailed),
+                Decision::Apply(JobReason::RetryFailed),
             ),
             (
                 "retry backs off",
                 facts(hash("h2:new"), vec![failed(0)], 10),
                 Decision::Backoff {
-                    reason: ApplyReason::RetryFailed,
+                    reason: JobReason::RetryFailed,
                     wait: Duration::from_secs(50),
                     failures: 1,
                 },
@@ -330,7 +330,7 @@ mod tests {
         f.counts_for_backoff = false;
         assert_eq!(
             decide(&facts(StateFact::NotFound, vec![f], 1)),
-            Decision::Apply(ApplyReason::NoState)
+            Decision::Apply(JobReason::NoState)
         );
     }
 
@@ -346,6 +346,6 @@ mod tests {
         f.mutable = false;
         assert_eq!(decide(&f), Decision::Idle);
         f.state = StateFact::Read { inputs_hash: None };
-        assert_eq!(decide(&f), Decision::Apply(ApplyReason::NoInputsHash));
+        assert_eq!(decide(&f), Decision::Apply(JobReason::NoInputsHash));
     }
 }

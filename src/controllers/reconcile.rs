@@ -1140,7 +1140,7 @@ async fn idle<K: Workload>(
         now: pass.now,
     });
     let reason = match (&restore, decision) {
-        (Some(_), _) => decide::ApplyReason::RestoreRequested,
+        (Some(_), _) => decide::JobReason::RestoreRequested,
         (None, Decision::Idle) => return Ok(Action::requeue(ctx.settings.sync_period)),
         (
             None,
@@ -1364,7 +1364,7 @@ async fn deleting_pass<K: Workload>(
         settings: &g.settings,
         identity: g.identity.as_deref(),
         force_unlock: g.view.force_unlock.as_deref(),
-        reason: decide::ApplyReason::Deleting,
+        reason: decide::JobReason::Deleting,
         restore: None,
     };
     start(pass, start_, jobs, uid).await.map(Some)
@@ -1555,7 +1555,7 @@ struct Start<'a> {
     identity: Option<&'a str>,
     /// A stale lock's ID, force-unlocked by this Job after init.
     force_unlock: Option<&'a str>,
-    reason: decide::ApplyReason,
+    reason: decide::JobReason,
     restore: Option<Restore<'a>>,
 }
 
@@ -1761,7 +1761,7 @@ async fn start<K: Workload>(
         )
         .await;
     }
-    if reason == decide::ApplyReason::InputsChanged {
+    if reason == decide::JobReason::InputsChanged {
         ctx.metrics
             .inputs_hash_changes
             .get_or_create(&metrics::KindLabels {
