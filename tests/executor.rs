@@ -609,6 +609,7 @@ async fn an_apply_job_of_the_noop_module_completes() {
         image: &image,
         template: None,
         variables: Some(&greeting),
+        sensitive: &[],
     })
     .unwrap();
     let job = apply_job(&t, "noop", "m1", &inputs).await;

@@ -153,6 +153,7 @@ impl Fixture {
             image: NOOP,
             template: None,
             variables: Some(&vars),
+            sensitive: &[],
         })
         .unwrap();
         let policy = captf::api::JobPolicy {

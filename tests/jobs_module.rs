@@ -527,6 +527,7 @@ async fn a_built_job_is_accepted_owned_and_collected() {
         image: "registry.example/mod:1",
         template: None,
         variables: Some(&variables),
+        sensitive: &[],
     })
     .unwrap();
     let settings = policy::resolve(None, None);
@@ -624,6 +625,7 @@ async fn the_rendered_root_applies_against_the_noop_module() {
             image: "registry.example/mod:1",
             template: Some("tmpl"),
             variables: Some(&variables),
+            sensitive: &[],
         })
         .unwrap();
         std::fs::write(root.join("main.tf.json"), &rendered.main_tf_json).unwrap();

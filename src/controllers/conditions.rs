@@ -12,6 +12,9 @@ pub const APPLY_JOB_SUCCEEDED: &str = "ApplyJobSucceeded";
 pub const DRIFT_JOB_SUCCEEDED: &str = "DriftJobSucceeded";
 pub const RESTORE_JOB_SUCCEEDED: &str = "RestoreJobSucceeded";
 pub const STATE_READABLE: &str = "StateReadable";
+/// What the object's inputs need exists and reads well: for now its
+/// `variablesFrom` sources (the Cluster API owners come later).
+pub const DEPENDENCIES_READY: &str = "DependenciesReady";
 /// Negative polarity: True while the object is being deleted.
 pub const DELETING: &str = "Deleting";
 /// Negative polarity, TerraformCluster only: True while its machines and
@@ -21,7 +24,8 @@ pub const DELETION_BLOCKED: &str = "DeletionBlocked";
 /// The conditions Ready summarizes before the object is provisioned (ref §3),
 /// as far as this manager sets them. A condition not set yet counts as
 /// Unknown.
-const READY_INPUTS: [&str; 5] = [
+const READY_INPUTS: [&str; 6] = [
+    DEPENDENCIES_READY,
     IDENTITY_ALLOWED,
     CREDENTIALS_MIRRORED,
     RUNNER_RBAC_READY,

@@ -20,6 +20,7 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
@@ -30,6 +31,7 @@ use tracing::{debug, info, warn};
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
 use crate::error::{Categorized, Category, kube_category};
 use crate::jobs::CLUSTER_NAME_LABEL;
+use crate::jobs::variables::{self, SOURCE_LABEL, SourceKind};
 use crate::metrics::Metrics;
 use crate::server::health::{GATE_WATCHES, Readiness};
 use workload::Workload;
@@ -203,6 +205,14 @@ pub async fn run(
         move |lease: Lease| same_cluster(&pools_store, &lease),
     );
 
+    // An object waiting for a variablesFrom source, or using one that
+    // changed, is woken by the source: only labeled ConfigMaps and Secrets
+    // are watched.
+    let sources = watcher::Config::default().labels(&format!("{SOURCE_LABEL}=true"));
+    let clusters = wake_on_sources(clusters, &client, ns, &sources);
+    let machines = wake_on_sources(machines, &client, ns, &sources);
+    let pools = wake_on_sources(pools, &client, ns, &sources);
+
     let stores = (clusters.store(), machines.store(), pools.store());
     let ready = readiness.clone();
     tokio::spawn(async move {
@@ -266,6 +276,51 @@ async fn log_outcome<T: std::fmt::Debug, E: std::fmt::Display>(outcome: Result<T
         Ok(object) => debug!(?object, "reconciled"),
         Err(e) => warn!("{e}"),
     }
+}
+
+fn wake_on_sources<K: Workload>(
+    controller: Controller<K>,
+    client: &kube::Client,
+    ns: Option<&str>,
+    config: &watcher::Config,
+) -> Controller<K> {
+    let store = controller.store();
+    let controller = controller.watches(
+        scoped::<ConfigMap>(client, ns),
+        config.clone(),
+        move |c: ConfigMap| referencing(&store, SourceKind::ConfigMap, &c),
+    );
+    let store = controller.store();
+    controller.watches(
+        scoped::<Secret>(client, ns),
+        config.clone(),
+        move |s: Secret| referencing(&store, SourceKind::Secret, &s),
+    )
+}
+
+/// The objects of `source`'s namespace whose `variablesFrom` names it.
+fn referencing<K: Workload>(
+    store: &kube::runtime::reflector::Store<K>,
+    kind: SourceKind,
+    source: &impl kube::Resource,
+) -> Vec<ObjectRef<K>> {
+    let ns = source.meta().namespace.as_deref();
+    let Some(name) = source.meta().name.as_deref() else {
+        return Vec::new();
+    };
+    store
+        .state()
+        .iter()
+        .filter(|o| {
+            o.meta().namespace.as_deref() == ns
+                && o.workspace()
+                    .variables_from
+                    .iter()
+                    .flatten()
+                    .any(|s| variables::reference(s) == Some((kind, name)))
+        })
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
 }
 
 /// The objects of the namespace that carry `other`'s cluster-name label.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -33,19 +33,21 @@ use super::workload::Workload;
 use super::{Context, Error, MANAGER};
 use crate::api::{
     ActiveJob, SourceStatus, TerraformCluster, TerraformMachine, TerraformMachinePool,
-    WorkspaceStatus,
+    VariablesSource, WorkspaceStatus,
 };
 use crate::backups::{self, BackupDecision};
 use crate::jobs::builder::{self, JobRequest, RestoreRequest};
 use crate::jobs::durable;
-use crate::jobs::inputs::{self, InputsRequest};
+use crate::jobs::inputs::{self, InputsError, InputsRequest};
 use crate::jobs::leases::{self, Acquired, HolderLookup, JobState, LeaseRequest};
+use crate::jobs::variables::{self, SourceKind};
 use crate::jobs::{
     ATTEMPT_LABEL, CLUSTER_NAME_LABEL, OP_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, policy, rbac,
 };
 use crate::locks::{self, Verdict};
 use crate::metrics::{self, JobLabels, ObjectLabels, StateReadErrorLabels};
 use crate::names::{self, Kind, Op};
+use crate::role::Role;
 use crate::state::{self, StateReadable};
 
 /// On a Job: its result has been accounted into status; the value is the
@@ -240,6 +242,55 @@ async fn cluster_of<K: Workload>(
         .await
         .map_err(Error::Kube)?;
     Ok(list.items.into_iter().next())
+}
+
+/// Reads each `variablesFrom` source of the object (a ConfigMap's `data`
+/// and `binaryData`, a Secret's `data`); a source without the opt-in label
+/// reads as missing.
+async fn fetch_variables<'a>(
+    client: &kube::Client,
+    ns: &str,
+    sources: &'a [VariablesSource],
+) -> Result<Vec<variables::Fetched<'a>>, Error> {
+    let opted_in = |meta: &kube::api::ObjectMeta| {
+        meta.labels
+            .as_ref()
+            .and_then(|l| l.get(variables::SOURCE_LABEL))
+            .is_some_and(|v| v == "true")
+    };
+    let mut fetched = Vec::with_capacity(sources.len());
+    for source in sources {
+        let data = match variables::reference(source) {
+            Some((SourceKind::ConfigMap, name)) => Api::<ConfigMap>::namespaced(client.clone(), ns)
+                .get_opt(name)
+                .await
+                .map_err(Error::Kube)?
+                .filter(|c| opted_in(&c.metadata))
+                .map(|c| {
+                    let text = c.data.unwrap_or_default().into_iter();
+                    let binary = c.binary_data.unwrap_or_default().into_iter();
+                    text.map(|(k, v)| (k, v.into_bytes()))
+                        .chain(binary.map(|(k, v)| (k, v.0)))
+                        .collect()
+                }),
+            Some((SourceKind::Secret, name)) => Api::<Secret>::namespaced(client.clone(), ns)
+                .get_opt(name)
+                .await
+                .map_err(Error::Kube)?
+                .filter(|s| opted_in(&s.metadata))
+                .map(|s| {
+                    s.data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.0))
+                        .collect()
+                }),
+            // merge reports the entry.
+            None => None,
+        };
+        fetched.push(variables::Fetched { source, data });
+    }
+    Ok(fetched)
 }
 
 pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -903,15 +954,43 @@ async fn gather<K: Workload>(
             .and_then(|c| c.spec.defaults.as_ref())
             .and_then(|d| d.jobs.as_ref()),
     );
-    let rendered = inputs::render(&InputsRequest {
-        kind: K::KIND,
-        namespace: &ns,
-        name: &pass.name,
-        cluster_name: obj.cluster_name(),
-        image: &spec.source.image,
-        template: annotation(obj, "cluster.x-k8s.io/cloned-from-name"),
-        variables: spec.variables.as_ref(),
-    });
+    // A machine reads its sources only until it is applied (ref §1.2): it
+    // is never applied again, so what they say later changes nothing, and
+    // one deleted later must not make it unready.
+    let sources = match spec.variables_from.as_deref() {
+        Some(_) if K::KIND == Kind::Machine && view.ever_applied => &[],
+        sources => sources.unwrap_or_default(),
+    };
+    let fetched = fetch_variables(&ctx.client, &ns, sources).await?;
+    let rendered = match variables::merge(&fetched, spec.variables.as_ref(), Role::from(K::KIND)) {
+        Ok(merged) => {
+            pass.set(Cond::new(
+                conditions::DEPENDENCIES_READY,
+                Status::True,
+                "DependenciesReady",
+                "",
+            ));
+            inputs::render(&InputsRequest {
+                kind: K::KIND,
+                namespace: &ns,
+                name: &pass.name,
+                cluster_name: obj.cluster_name(),
+                image: &spec.source.image,
+                template: annotation(obj, "cluster.x-k8s.io/cloned-from-name"),
+                variables: Some(&merged.variables),
+                sensitive: &merged.sensitive,
+            })
+        }
+        Err(e) => {
+            pass.set(Cond::new(
+                conditions::DEPENDENCIES_READY,
+                Status::False,
+                e.reason(),
+                e.to_string(),
+            ));
+            Err(InputsError::Variables(e))
+        }
+    };
     Ok(Gathered {
         credentials,
         identity,
@@ -1112,6 +1191,8 @@ async fn idle<K: Workload>(
     .await?;
     let rendered = match &g.rendered {
         Ok(r) => r,
+        // DependenciesReady says it.
+        Err(InputsError::Variables(_)) => return Ok(Action::requeue(ctx.settings.sync_period)),
         Err(e) => {
             pass.set(Cond::new(
                 conditions::APPLY_JOB_SUCCEEDED,

@@ -453,6 +453,7 @@ mod tests {
             image: "registry.example/modules/net:1.4.0",
             template: None,
             variables: Some(&variables),
+            sensitive: &[],
         })
         .unwrap()
     }

@@ -49,8 +49,10 @@ pub struct InputsRequest<'a> {
     pub image: &'a str,
     /// The `cluster.x-k8s.io/cloned-from-name` annotation.
     pub template: Option<&'a str>,
-    /// `spec.variables`.
+    /// `spec.variables` merged over the `spec.variablesFrom` sources.
     pub variables: Option<&'a Variables>,
+    /// The variables whose value came from a Secret: declared sensitive.
+    pub sensitive: &'a [String],
 }
 
 /// The two files of the per-run Secret and the inputs hash they carry.
@@ -71,6 +73,8 @@ pub enum InputsError {
     Unhashable { path: String },
     #[error("variable {key:?} {rule}")]
     InvalidVariable { key: String, rule: &'static str },
+    #[error(transparent)]
+    Variables(#[from] super::variables::VariablesError),
 }
 
 impl InputsError {
@@ -82,6 +86,7 @@ impl InputsError {
             InputsError::Unhashable { .. } | InputsError::InvalidVariable { .. } => {
                 "VariablesInvalid"
             }
+            InputsError::Variables(e) => e.reason(),
         }
     }
 }
@@ -121,7 +126,12 @@ pub fn render(req: &InputsRequest) -> Result<RenderedInputs, InputsError> {
     }
     // Without a type: the module's own declaration constrains it.
     for (name, value) in variables {
-        declared.insert(name.clone(), json!({}));
+        let declaration = if req.sensitive.contains(name) {
+            json!({ "sensitive": true })
+        } else {
+            json!({})
+        };
+        declared.insert(name.clone(), declaration);
         arguments.insert(name.clone(), format!("${{var.{name}}}").into());
         values.insert(name.clone(), value.clone());
     }
@@ -289,6 +299,7 @@ mod tests {
             image: "registry.example/mod:1.0",
             template: Some("workers"),
             variables,
+            sensitive: &[],
         }
     }
 
@@ -459,6 +470,7 @@ mod tests {
             image: "img:1",
             template: None,
             variables: Some(&v),
+            sensitive: &[],
         };
         let canonical = concat!(
             r#"{"contract":"v1alpha1","image":"img:1","inputs":{"#,
@@ -546,6 +558,7 @@ mod tests {
                 "variable value",
                 InputsRequest {
                     variables: Some(&other_value),
+                    sensitive: &[],
                     ..req
                 },
             ),
@@ -553,6 +566,7 @@ mod tests {
                 "variable number",
                 InputsRequest {
                     variables: Some(&other_number),
+                    sensitive: &[],
                     ..req
                 },
             ),
@@ -560,6 +574,7 @@ mod tests {
                 "variable added",
                 InputsRequest {
                     variables: Some(&added),
+                    sensitive: &[],
                     ..req
                 },
             ),
@@ -567,6 +582,7 @@ mod tests {
                 "variable type",
                 InputsRequest {
                     variables: Some(&as_string),
+                    sensitive: &[],
                     ..req
                 },
             ),
@@ -574,6 +590,7 @@ mod tests {
                 "no variables",
                 InputsRequest {
                     variables: None,
+                    sensitive: &[],
                     ..req
                 },
             ),

@@ -13,6 +13,7 @@ pub mod inputs;
 pub mod leases;
 pub mod policy;
 pub mod rbac;
+pub mod variables;
 
 use std::collections::BTreeMap;
 
