@@ -659,9 +659,9 @@ async fn an_override_account_runs_jobs_only_once_opted_in() {
 
 // ---- Stale state locks (book: state-lock-and-stale-locks.md) ----
 
-/// The state lock Lease of a machine: its holder identity and the `Who` of
-/// its lock info.
-async fn lock_holder(env: &Env, machine: &str) -> Option<(String, String)> {
+/// The state lock Lease of a machine: its holder identity, and the `Who`
+/// and `Operation` of its lock info.
+async fn lock_holder(env: &Env, machine: &str) -> Option<(String, String, String)> {
     let suffix = names::suffix(&env.ns, Kind::Machine, machine);
     let lease = Api::<Lease>::namespaced(env.client.clone(), &env.ns)
         .get_opt(&names::state_lock_lease(&suffix))
@@ -675,7 +675,24 @@ async fn lock_holder(env: &Env, machine: &str) -> Option<(String, String)> {
         .filter(|h| !h.is_empty())?;
     let info: serde_json::Value =
         serde_json::from_str(lease.annotations().get("app.terraform.io/lock-info")?).ok()?;
-    Some((holder, info["Who"].as_str()?.to_string()))
+    Some((
+        holder,
+        info["Who"].as_str()?.to_string(),
+        info["Operation"].as_str().unwrap_or_default().to_string(),
+    ))
+}
+
+/// Waits until the machine's apply holds the state lock; returns its
+/// `Who`. The apply's lock, not init's: init takes the lock briefly too,
+/// and a runner killed after init let go leaves no lock behind.
+async fn apply_lock_holder(env: &Env, machine: &str) -> String {
+    within(env, 240, "the apply holding the state lock", || async {
+        lock_holder(env, machine)
+            .await
+            .filter(|(_, _, operation)| operation == "OperationTypeApply")
+            .map(|(_, who, _)| who)
+    })
+    .await
 }
 
 async fn machine_jobs(env: &Env, machine: &str) -> Vec<Job> {
@@ -694,10 +711,7 @@ async fn kill_mid_apply(env: &Env, machine: &str) -> String {
     env.cluster("c", NOOP, None).await;
     env.machine(machine, "c", vars(&[("sleep_seconds", json!(60))]))
         .await;
-    let (_, who) = within(env, 240, "the apply holding the state lock", || async {
-        lock_holder(env, machine).await
-    })
-    .await;
+    let who = apply_lock_holder(env, machine).await;
     let pod = who.rsplit('@').next().unwrap().to_string();
     assert!(
         names::is_own_runner_pod(Kind::Machine, machine, &pod),
@@ -820,10 +834,7 @@ async fn a_terminating_runner_pod_keeps_its_lock_until_it_is_gone() {
         },
     )
     .await;
-    let (_, who) = within(&env, 240, "the apply holding the state lock", || async {
-        lock_holder(&env, "m").await
-    })
-    .await;
+    let who = apply_lock_holder(&env, "m").await;
     let pod = who.rsplit('@').next().unwrap().to_string();
     Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns)
         .patch(
@@ -833,13 +844,17 @@ async fn a_terminating_runner_pod_keeps_its_lock_until_it_is_gone() {
         )
         .await
         .unwrap();
-    // The runner dies hard and its pod stays terminating.
+    // The runner dies hard and its pod stays terminating. The deletion goes
+    // first: a pod whose runner ended before it was deleted has exited, and
+    // its lock is rightly stale. The kill follows at once, before the
+    // executor passes the deletion's SIGTERM on (a runtime stopped that way
+    // would release its lock).
     env.executor.hold_terminating(&env.ns, &pod, true);
-    assert!(env.executor.kill_oom(&env.ns, &pod));
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(env.client.clone(), &env.ns);
     pods.delete(&pod, &kube::api::DeleteParams::default())
         .await
         .unwrap();
+    assert!(env.executor.kill_oom(&env.ns, &pod));
     // The retry (after the 1m backoff) must not force-unlock: it waits 3 s
     // for the lock and fails.
     let retry = within(&env, 180, "the retry failed on the lock", || async {
