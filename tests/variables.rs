@@ -84,10 +84,7 @@ async fn sources_are_waited_for_merged_and_reach_the_module() {
             ..config_map("absent")
         },
     ]);
-    env.create_cluster("c", workspace).await;
-    waiting_for(&env, "ConfigMap plain").await;
-
-    // Unlabeled, it still counts as missing.
+    // Unlabeled, a source counts as missing: the first pass already sees it.
     let plain = ConfigMap {
         metadata: ObjectMeta {
             name: Some("plain".into()),
@@ -104,7 +101,7 @@ async fn sources_are_waited_for_merged_and_reach_the_module() {
         ..Default::default()
     };
     maps.create(&PostParams::default(), &plain).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    env.create_cluster("c", workspace).await;
     waiting_for(&env, "ConfigMap plain").await;
     let labeled = json!({"metadata": {"labels": {"captf.io/variables": "true"}}});
     maps.patch("plain", &PatchParams::default(), &Patch::Merge(&labeled))
