@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use captf::api::{TerraformMachine, TerraformMachineSpec};
-use captf::controllers::leader::LEASE;
+use captf::server::leader::LEASE;
 use captf_testkit::controlplane;
 use captf_testkit::manager::{Manager, install_crds};
 use captf_testkit::scenario::{labels, noop};

@@ -9,7 +9,6 @@ pub mod conditions;
 pub mod credentials;
 pub mod decide;
 pub mod deletion;
-pub mod leader;
 mod reconcile;
 pub mod sweep;
 pub mod workload;

@@ -1,11 +1,15 @@
-//! The manager's listeners and their TLS material: the webhooks, `/healthz`
-//! and `/readyz`, and `/metrics`, with graceful shutdown.
+//! The manager process around the reconcilers: its flags, its listeners and
+//! their TLS material (the webhooks, `/healthz` and `/readyz`, and
+//! `/metrics`), leader election, and the runtime that wires them together
+//! and shuts them down gracefully.
 
 pub mod dev_certs;
 pub mod diagnostics;
 pub mod flags;
 pub mod health;
+pub mod leader;
 pub mod listeners;
+pub mod runtime;
 pub mod tls;
 pub mod webhook;
 
@@ -45,7 +49,7 @@ pub enum ServerError {
     #[error("installing the signal handlers: {0}")]
     Signals(#[source] io::Error),
     #[error("leader election lost: {0}")]
-    LeaderElectionLost(crate::controllers::leader::Lost),
+    LeaderElectionLost(leader::Lost),
 }
 
 impl Categorized for ServerError {
