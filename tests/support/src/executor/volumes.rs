@@ -1,0 +1,575 @@
+//! Volumes: a pod's root laid out, each volume at its mount path, filled
+//! from Secrets, ConfigMaps, the downward API and tokens as a kubelet would.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Component, Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume,
+};
+use kube::api::Api;
+
+use super::images::Image;
+use super::{NODE, PodError, PodRun, TOKEN_SECONDS, io_error};
+
+/// Kubelet's default mode for Secret, ConfigMap and projected files.
+const DEFAULT_FILE_MODE: i32 = 0o644;
+
+/// A container path inside `root`; it must be absolute and plain.
+pub(super) fn in_root(root: &Path, container_path: &str) -> Result<PathBuf, PodError> {
+    let path = Path::new(container_path);
+    let mut out = root.to_path_buf();
+    let mut components = path.components();
+    if components.next() != Some(Component::RootDir) {
+        return Err(PodError::Unsupported(format!(
+            "path {container_path:?} is not absolute"
+        )));
+    }
+    for component in components {
+        match component {
+            Component::Normal(part) => out.push(part),
+            Component::CurDir => {}
+            _ => {
+                return Err(PodError::Unsupported(format!(
+                    "path {container_path:?} leaves its root"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A relative path of a volume item; it must stay inside the volume.
+fn item_path(path: &str) -> Result<PathBuf, PodError> {
+    let p = Path::new(path);
+    if p.as_os_str().is_empty() || !p.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(PodError::Unsupported(format!(
+            "volume item path {path:?} leaves its volume"
+        )));
+    }
+    Ok(p.to_path_buf())
+}
+
+/// The data of a Secret or a ConfigMap, by key.
+pub(super) type Data = BTreeMap<String, Vec<u8>>;
+
+/// One file of a Secret, ConfigMap or projected volume.
+#[derive(Clone, Debug, PartialEq)]
+struct VolumeFile {
+    path: PathBuf,
+    contents: Vec<u8>,
+    mode: u32,
+}
+
+/// The files of an object's keys: every key, or the listed items. A listed
+/// key that is missing is an error unless the source is optional.
+fn key_files(
+    kind: &'static str,
+    name: &str,
+    data: &Data,
+    items: Option<&[KeyToPath]>,
+    default_mode: i32,
+    optional: bool,
+) -> Result<Vec<VolumeFile>, PodError> {
+    let file = |path: &str, contents: &[u8], mode: Option<i32>| -> Result<VolumeFile, PodError> {
+        Ok(VolumeFile {
+            path: item_path(path)?,
+            contents: contents.to_vec(),
+            mode: (mode.unwrap_or(default_mode) & 0o7777) as u32,
+        })
+    };
+    match items {
+        None => data
+            .iter()
+            .map(|(key, value)| file(key, value, None))
+            .collect(),
+        Some(items) => {
+            let mut files = Vec::new();
+            for item in items {
+                match data.get(&item.key) {
+                    Some(value) => files.push(file(&item.path, value, item.mode)?),
+                    None if optional => {}
+                    None => {
+                        return Err(PodError::MissingKey {
+                            kind,
+                            name: name.to_string(),
+                            key: item.key.clone(),
+                        });
+                    }
+                }
+            }
+            Ok(files)
+        }
+    }
+}
+
+/// The value of a downward API field a kubelet would resolve.
+pub(super) fn field_value(pod: &Pod, field_path: &str) -> Result<String, PodError> {
+    let meta = &pod.metadata;
+    let spec = pod.spec.as_ref();
+    let map = |m: &Option<BTreeMap<String, String>>| {
+        m.iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={v:?}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let value = match field_path {
+        "metadata.name" => meta.name.clone(),
+        "metadata.namespace" => meta.namespace.clone(),
+        "metadata.uid" => meta.uid.clone(),
+        "metadata.labels" => Some(map(&meta.labels)),
+        "metadata.annotations" => Some(map(&meta.annotations)),
+        "spec.nodeName" => Some(NODE.to_string()),
+        "spec.serviceAccountName" => spec.and_then(|s| s.service_account_name.clone()),
+        _ => {
+            if let Some(key) = field_path
+                .strip_prefix("metadata.labels['")
+                .and_then(|k| k.strip_suffix("']"))
+            {
+                meta.labels.as_ref().and_then(|l| l.get(key).cloned())
+            } else if let Some(key) = field_path
+                .strip_prefix("metadata.annotations['")
+                .and_then(|k| k.strip_suffix("']"))
+            {
+                meta.annotations.as_ref().and_then(|a| a.get(key).cloned())
+            } else {
+                return Err(PodError::Unsupported(format!(
+                    "the field {field_path:?} is not supported by the local executor"
+                )));
+            }
+        }
+    };
+    Ok(value.unwrap_or_default())
+}
+
+impl PodRun {
+    /// A fresh root: every volume at its mount path (or under `.volumes`
+    /// when no container mounts it), the image's paths, and `dev/`.
+    pub(super) async fn lay_out(&self, pod: &Pod) -> Result<(), PodError> {
+        let root = &self.root;
+        match fs::remove_dir_all(root) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_error(root)(e)),
+            _ => {}
+        }
+        let dev = root.join("dev");
+        fs::create_dir_all(&dev).map_err(io_error(&dev))?;
+        let spec = pod.spec.clone().unwrap_or_default();
+        let containers: Vec<&Container> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers)
+            .collect();
+        let mut objects = Objects::new(&self.shared.client, &self.key.namespace);
+        for volume in spec.volumes.iter().flatten() {
+            let mut paths = Vec::new();
+            for mount in containers
+                .iter()
+                .flat_map(|c| c.volume_mounts.iter().flatten())
+            {
+                if mount.name != volume.name {
+                    continue;
+                }
+                if mount.sub_path.as_deref().is_some_and(|s| !s.is_empty())
+                    || mount
+                        .sub_path_expr
+                        .as_deref()
+                        .is_some_and(|s| !s.is_empty())
+                {
+                    return Err(PodError::Unsupported(format!(
+                        "volume {:?}: subPath mounts are not supported by the local executor",
+                        volume.name
+                    )));
+                }
+                let path = in_root(root, &mount.mount_path)?;
+                if !paths.contains(&path) {
+                    paths.push(path);
+                }
+            }
+            // A volume no container mounts still has to be set up: a kubelet
+            // waits for its Secret all the same.
+            let dir = paths
+                .first()
+                .cloned()
+                .unwrap_or_else(|| root.join(".volumes").join(&volume.name));
+            self.fill_volume(pod, volume, &dir, &mut objects)
+                .await
+                .map_err(|e| PodError::Volume {
+                    volume: volume.name.clone(),
+                    source: Box::new(e),
+                })?;
+            for other in paths.iter().skip(1) {
+                link(&dir, other)?;
+            }
+        }
+        for container in &containers {
+            let reference = container.image.clone().unwrap_or_default();
+            if let Some(Image::Module(image)) = self.shared.images.get(&reference) {
+                link(&image.module, &root.join("captf/module"))?;
+                link(&image.runtime, &root.join("captf/runtime"))?;
+                if let Some(providers) = &image.providers {
+                    link(providers, &root.join("captf/providers"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn fill_volume(
+        &self,
+        pod: &Pod,
+        volume: &Volume,
+        dir: &Path,
+        objects: &mut Objects,
+    ) -> Result<(), PodError> {
+        fs::create_dir_all(dir).map_err(io_error(dir))?;
+        let mut files = Vec::new();
+        if volume.empty_dir.is_some() {
+            // An empty directory is all there is.
+        } else if let Some(source) = &volume.secret {
+            let name = source.secret_name.clone().unwrap_or_default();
+            let optional = source.optional.unwrap_or(false);
+            let mode = source.default_mode.unwrap_or(DEFAULT_FILE_MODE);
+            if let Some(data) = objects.secret(&name, optional).await? {
+                files = key_files(
+                    "secret",
+                    &name,
+                    &data,
+                    source.items.as_deref(),
+                    mode,
+                    optional,
+                )?;
+            }
+        } else if let Some(source) = &volume.config_map {
+            let optional = source.optional.unwrap_or(false);
+            let mode = source.default_mode.unwrap_or(DEFAULT_FILE_MODE);
+            if let Some(data) = objects.config_map(&source.name, optional).await? {
+                files = key_files(
+                    "configmap",
+                    &source.name,
+                    &data,
+                    source.items.as_deref(),
+                    mode,
+                    optional,
+                )?;
+            }
+        } else if let Some(source) = &volume.downward_api {
+            let mode = source.default_mode.unwrap_or(DEFAULT_FILE_MODE);
+            files = downward_files(pod, source.items.as_deref().unwrap_or_default(), mode)?;
+        } else if let Some(projected) = &volume.projected {
+            let mode = projected.default_mode.unwrap_or(DEFAULT_FILE_MODE);
+            for source in projected.sources.iter().flatten() {
+                if let Some(secret) = &source.secret {
+                    let optional = secret.optional.unwrap_or(false);
+                    if let Some(data) = objects.secret(&secret.name, optional).await? {
+                        files.extend(key_files(
+                            "secret",
+                            &secret.name,
+                            &data,
+                            secret.items.as_deref(),
+                            mode,
+                            optional,
+                        )?);
+                    }
+                } else if let Some(map) = &source.config_map {
+                    let optional = map.optional.unwrap_or(false);
+                    if let Some(data) = objects.config_map(&map.name, optional).await? {
+                        files.extend(key_files(
+                            "configmap",
+                            &map.name,
+                            &data,
+                            map.items.as_deref(),
+                            mode,
+                            optional,
+                        )?);
+                    }
+                } else if let Some(downward) = &source.downward_api {
+                    files.extend(downward_files(
+                        pod,
+                        downward.items.as_deref().unwrap_or_default(),
+                        mode,
+                    )?);
+                } else if let Some(token) = &source.service_account_token {
+                    let seconds = token.expiration_seconds.unwrap_or(TOKEN_SECONDS);
+                    let value = self.token(pod, token.audience.clone(), seconds).await?;
+                    files.push(VolumeFile {
+                        path: item_path(&token.path)?,
+                        contents: value.into_bytes(),
+                        mode: (mode & 0o7777) as u32,
+                    });
+                } else {
+                    return Err(PodError::Unsupported(format!(
+                        "volume {:?}: a projected source the local executor does not support",
+                        volume.name
+                    )));
+                }
+            }
+        } else {
+            return Err(PodError::Unsupported(format!(
+                "volume {:?}: the local executor supports emptyDir, secret, configMap, downwardAPI and projected volumes",
+                volume.name
+            )));
+        }
+        for file in files {
+            write_file(&dir.join(&file.path), &file.contents, file.mode)?;
+        }
+        Ok(())
+    }
+}
+
+fn downward_files(
+    pod: &Pod,
+    items: &[DownwardAPIVolumeFile],
+    default_mode: i32,
+) -> Result<Vec<VolumeFile>, PodError> {
+    items
+        .iter()
+        .map(|item| {
+            let Some(field) = &item.field_ref else {
+                return Err(PodError::Unsupported(format!(
+                    "downward API item {:?}: only fieldRef is supported",
+                    item.path
+                )));
+            };
+            Ok(VolumeFile {
+                path: item_path(&item.path)?,
+                contents: field_value(pod, &field.field_path)?.into_bytes(),
+                mode: (item.mode.unwrap_or(default_mode) & 0o7777) as u32,
+            })
+        })
+        .collect()
+}
+
+pub(super) fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), PodError> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(io_error(parent))?;
+    }
+    fs::write(path, contents).map_err(io_error(path))?;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_error(path))
+}
+
+/// `link` names `target` (replacing what was there).
+fn link(target: &Path, link: &Path) -> Result<(), PodError> {
+    if let Some(parent) = link.parent() {
+        fs::create_dir_all(parent).map_err(io_error(parent))?;
+    }
+    match fs::remove_file(link) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_error(link)(e)),
+        _ => {}
+    }
+    symlink(target, link).map_err(io_error(link))
+}
+
+/// The Secrets and ConfigMaps one preparation reads, each read once.
+pub(super) struct Objects {
+    secrets: Api<Secret>,
+    config_maps: Api<ConfigMap>,
+    cache: HashMap<(&'static str, String), Option<Data>>,
+}
+
+impl Objects {
+    pub(super) fn new(client: &kube::Client, namespace: &str) -> Objects {
+        Objects {
+            secrets: Api::namespaced(client.clone(), namespace),
+            config_maps: Api::namespaced(client.clone(), namespace),
+            cache: HashMap::new(),
+        }
+    }
+
+    /// A Secret's data; None when it is missing and optional.
+    pub(super) async fn secret(
+        &mut self,
+        name: &str,
+        optional: bool,
+    ) -> Result<Option<Data>, PodError> {
+        let key = ("secret", name.to_string());
+        if !self.cache.contains_key(&key) {
+            let data = self.secrets.get_opt(name).await?.map(|s| {
+                s.data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect()
+            });
+            self.cache.insert(key.clone(), data);
+        }
+        Self::found(
+            self.cache.get(&key).cloned().flatten(),
+            "secret",
+            name,
+            optional,
+        )
+    }
+
+    /// A ConfigMap's data and binaryData; None when it is missing and
+    /// optional.
+    pub(super) async fn config_map(
+        &mut self,
+        name: &str,
+        optional: bool,
+    ) -> Result<Option<Data>, PodError> {
+        let key = ("configmap", name.to_string());
+        if !self.cache.contains_key(&key) {
+            let data = self.config_maps.get_opt(name).await?.map(|m| {
+                let text = m
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.into_bytes()));
+                let binary = m
+                    .binary_data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0));
+                text.chain(binary).collect()
+            });
+            self.cache.insert(key.clone(), data);
+        }
+        Self::found(
+            self.cache.get(&key).cloned().flatten(),
+            "configmap",
+            name,
+            optional,
+        )
+    }
+
+    fn found(
+        data: Option<Data>,
+        kind: &'static str,
+        name: &str,
+        optional: bool,
+    ) -> Result<Option<Data>, PodError> {
+        match data {
+            Some(data) => Ok(Some(data)),
+            None if optional => Ok(None),
+            None => Err(PodError::NotFound {
+                kind,
+                name: name.to_string(),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use captf::error::{Categorized, Category};
+
+    fn pod(value: serde_json::Value) -> Pod {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn container_paths_stay_in_the_root() {
+        let root = Path::new("/r");
+        let cases: &[(&str, Option<&str>)] = &[
+            ("/captf/work", Some("/r/captf/work")),
+            ("/captf/./bin/", Some("/r/captf/bin")),
+            ("/", Some("/r")),
+            ("captf/work", None),
+            ("/captf/../etc", None),
+        ];
+        for (path, want) in cases {
+            let got = in_root(root, path).ok();
+            assert_eq!(got.as_deref(), want.map(Path::new), "{path}");
+        }
+        let items: &[(&str, bool)] = &[
+            ("restore/0", true),
+            ("token", true),
+            ("../x", false),
+            ("/x", false),
+            ("", false),
+        ];
+        for (path, ok) in items {
+            assert_eq!(item_path(path).is_ok(), *ok, "{path:?}");
+        }
+    }
+
+    #[test]
+    fn volume_files_follow_the_items_and_modes() {
+        let data = BTreeMap::from([
+            ("a".to_string(), b"1".to_vec()),
+            ("b".to_string(), b"2".to_vec()),
+        ]);
+        let item = |key: &str, path: &str, mode: Option<i32>| KeyToPath {
+            key: key.into(),
+            path: path.into(),
+            mode,
+        };
+        let file = |path: &str, contents: &[u8], mode: u32| VolumeFile {
+            path: PathBuf::from(path),
+            contents: contents.to_vec(),
+            mode,
+        };
+        let all = key_files("secret", "s", &data, None, 0o440, false).unwrap();
+        assert_eq!(all, vec![file("a", b"1", 0o440), file("b", b"2", 0o440)]);
+
+        let items = [item("b", "restore/0", None), item("a", "x", Some(0o400))];
+        let some = key_files("secret", "s", &data, Some(&items), 0o440, false).unwrap();
+        assert_eq!(
+            some,
+            vec![file("restore/0", b"2", 0o440), file("x", b"1", 0o400)]
+        );
+
+        let missing = [item("c", "c", None)];
+        let error = key_files("secret", "s", &data, Some(&missing), 0o440, false).unwrap_err();
+        assert!(
+            matches!(error, PodError::MissingKey { ref key, .. } if key == "c"),
+            "{error}"
+        );
+        assert_eq!(error.category(), Category::Transient);
+        assert_eq!(
+            key_files("secret", "s", &data, Some(&missing), 0o440, true).unwrap(),
+            vec![]
+        );
+
+        let escaping = [item("a", "../a", None)];
+        assert!(key_files("secret", "s", &data, Some(&escaping), 0o440, false).is_err());
+    }
+
+    #[test]
+    fn downward_fields_resolve_from_the_pod() {
+        let pod = pod(serde_json::json!({
+            "metadata": { "name": "p", "namespace": "ns", "uid": "u-1", "labels": { "job-name": "j", "a": "b" } },
+            "spec": { "containers": [], "serviceAccountName": "captf-runner" },
+        }));
+        let cases: &[(&str, Option<&str>)] = &[
+            ("metadata.name", Some("p")),
+            ("metadata.namespace", Some("ns")),
+            ("metadata.uid", Some("u-1")),
+            ("metadata.labels['job-name']", Some("j")),
+            ("metadata.labels['none']", Some("")),
+            ("metadata.labels", Some("a=\"b\"\njob-name=\"j\"")),
+            ("spec.nodeName", Some(NODE)),
+            ("spec.serviceAccountName", Some("captf-runner")),
+            ("status.podIP", None),
+        ];
+        for (path, want) in cases {
+            assert_eq!(field_value(&pod, path).ok().as_deref(), *want, "{path}");
+        }
+        let files = downward_files(
+            &pod,
+            &[DownwardAPIVolumeFile {
+                path: "namespace".into(),
+                field_ref: Some(k8s_openapi::api::core::v1::ObjectFieldSelector {
+                    field_path: "metadata.namespace".into(),
+                    api_version: None,
+                }),
+                ..Default::default()
+            }],
+            0o644,
+        )
+        .unwrap();
+        assert_eq!(
+            files,
+            vec![VolumeFile {
+                path: "namespace".into(),
+                contents: b"ns".to_vec(),
+                mode: 0o644
+            }]
+        );
+    }
+}
