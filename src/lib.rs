@@ -10,6 +10,7 @@ pub mod controllers;
 pub mod error;
 pub mod image_ref;
 pub mod jobs;
+pub mod keys;
 pub mod locks;
 pub mod metrics;
 pub mod names;

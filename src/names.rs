@@ -35,25 +35,38 @@ impl Kind {
     }
 }
 
-/// The operation a runner Job performs, as it appears in the Job name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// The operation a runner Job performs: the one vocabulary of the Job name,
+/// its `captf.io/op` label, the runner's `--op`, `status.activeJob.operation`
+/// and the metrics' `op` label.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Op {
     Apply,
-    Plan,
     Destroy,
-    Refresh,
     Drift,
+    Refresh,
     Restore,
+    Plan,
 }
 
 impl Op {
     pub const ALL: [Op; 6] = [
         Op::Apply,
-        Op::Plan,
         Op::Destroy,
-        Op::Refresh,
         Op::Drift,
+        Op::Refresh,
         Op::Restore,
+        Op::Plan,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -67,8 +80,15 @@ impl Op {
         }
     }
 
-    fn parse(s: &str) -> Option<Op> {
+    /// The operation an `as_str` spelling names.
+    pub fn parse(s: &str) -> Option<Op> {
         Op::ALL.into_iter().find(|op| op.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

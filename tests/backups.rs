@@ -6,10 +6,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
-use captf::backups::{
-    self, BackupDecision, BackupSet, CHUNK_ANNOTATION, CHUNKS_ANNOTATION, DIGEST_ANNOTATION, Owner,
-    SERIAL_ANNOTATION,
-};
+use captf::backups::{self, BackupDecision, BackupSet, Owner};
+use captf::keys::{BACKUP_CHUNK, BACKUP_CHUNKS, BACKUP_DIGEST, BACKUP_SERIAL};
 use captf::names::{self, Kind};
 use captf::state::{self, StateReadable};
 use captf_testkit::controlplane;
@@ -275,10 +273,10 @@ async fn three_chunk_state_is_backed_up_chunk_for_chunk_and_idempotently() {
         assert_eq!(fx.tfstate(name).await, source, "chunk {index}");
         let secret = fx.secrets.get(name).await.unwrap();
         let annotations = secret.metadata.annotations.unwrap();
-        assert_eq!(annotations[CHUNK_ANNOTATION], index.to_string());
-        assert_eq!(annotations[CHUNKS_ANNOTATION], "3");
-        assert_eq!(annotations[SERIAL_ANNOTATION], "9");
-        assert_eq!(annotations[DIGEST_ANNOTATION], set.digest);
+        assert_eq!(annotations[BACKUP_CHUNK], index.to_string());
+        assert_eq!(annotations[BACKUP_CHUNKS], "3");
+        assert_eq!(annotations[BACKUP_SERIAL], "9");
+        assert_eq!(annotations[BACKUP_DIGEST], set.digest);
         let refs = secret.metadata.owner_references.unwrap();
         assert_eq!(refs[0].uid, fx.owner.uid);
         assert_eq!(refs[0].controller, Some(false));

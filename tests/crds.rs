@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use captf::api::{
-    self, IdentityReference, Initialization, Operation, SecretReference, Source, TerraformCluster,
+    self, IdentityReference, Initialization, SecretReference, Source, TerraformCluster,
     TerraformClusterIdentity, TerraformClusterIdentitySpec, TerraformClusterSpec,
     TerraformClusterTemplate, TerraformClusterTemplateResource, TerraformClusterTemplateSpec,
     TerraformMachine, TerraformMachinePool, TerraformMachinePoolSpec, TerraformMachinePoolTemplate,
@@ -199,7 +199,7 @@ async fn status_subresource_and_printer_columns() {
             }),
             active_job: Some(api::ActiveJob {
                 name: "captf-m-m-apply-a1-abcdef".into(),
-                operation: Operation::Apply,
+                operation: captf::names::Op::Apply,
                 attempt: 1,
                 start_time: None,
             }),

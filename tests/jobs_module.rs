@@ -675,7 +675,7 @@ async fn the_rendered_root_applies_against_the_noop_module() {
         got.sort_unstable();
         // OpenTofu keeps no null output, and the noop machine's
         // failure_domain echoes its null input.
-        let mut want: Vec<&str> = captf::role::Role::from(kind)
+        let mut want: Vec<&str> = kind
             .outputs()
             .iter()
             .copied()

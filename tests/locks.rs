@@ -6,7 +6,8 @@
 use std::path::Path;
 use std::process::Stdio;
 
-use captf::locks::{self, LOCK_INFO_ANNOTATION, LockInfo, Verdict};
+use captf::keys::LOCK_INFO;
+use captf::locks::{self, LockInfo, Verdict};
 use captf::names::{self, Kind};
 use captf_testkit::{controlplane, eventually, run_ok, tofu};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -79,8 +80,7 @@ impl Env {
                     .map(|(k, v)| (k.to_owned(), v.to_owned()))
                     .into(),
                 ),
-                annotations: lock_info
-                    .map(|i| [(LOCK_INFO_ANNOTATION.to_owned(), i.to_owned())].into()),
+                annotations: lock_info.map(|i| [(LOCK_INFO.to_owned(), i.to_owned())].into()),
                 ..Default::default()
             },
             spec: Some(LeaseSpec {
@@ -365,7 +365,7 @@ async fn held_lock(env: &Env) -> (String, LockInfo) {
     eventually("OpenTofu to hold the state lock", || async {
         let lease = leases.get_opt(&name).await.ok()??;
         let holder = lease.spec?.holder_identity.filter(|h| !h.is_empty())?;
-        let info = lease.metadata.annotations?.remove(LOCK_INFO_ANNOTATION)?;
+        let info = lease.metadata.annotations?.remove(LOCK_INFO)?;
         Some((holder, LockInfo::parse(&info).unwrap()))
     })
     .await

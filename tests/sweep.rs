@@ -14,6 +14,7 @@ use captf::api::{
 use captf::controllers::sweep::{self, Swept};
 use captf::jobs::leases::{self, LeaseRequest};
 use captf::jobs::{self, rbac};
+use captf::keys;
 use captf::names::{self, Kind, Op};
 use captf_testkit::controlplane;
 use captf_testkit::manager::install_crds;
@@ -85,7 +86,7 @@ fn set(names: &[&str]) -> BTreeSet<String> {
 
 fn cluster_labels(cluster: &str) -> Option<BTreeMap<String, String>> {
     Some(BTreeMap::from([(
-        jobs::CLUSTER_NAME_LABEL.to_owned(),
+        keys::CLUSTER_NAME_LABEL.to_owned(),
         cluster.to_owned(),
     )]))
 }
@@ -198,7 +199,7 @@ fn deleted(kind: &str, name: &str) -> (String, String) {
 async fn an_empty_namespace_loses_only_its_managed_objects() {
     let _guard = ALL_NAMESPACES.read().await;
     let (client, ns) = setup("sweep-empty").await;
-    let managed = [(jobs::MANAGED_LABEL, "true")];
+    let managed = [(keys::MANAGED_LABEL, "true")];
 
     // What CAPTF left behind: the runner account and binding, the run and
     // cluster leases, and the backend's lock Lease with its labels.
@@ -211,7 +212,7 @@ async fn an_empty_namespace_loses_only_its_managed_objects() {
     create(&client, &ns, &cluster).await;
     let suffix = names::suffix(&ns, Kind::Machine, "gone");
     let mut lock_labels = jobs::owner_labels(Kind::Machine, "gone", Some("prod"));
-    lock_labels.insert(jobs::MOVE_LABEL.into(), String::new());
+    lock_labels.insert(keys::MOVE_LABEL.into(), String::new());
     let lock = Lease {
         metadata: ObjectMeta {
             name: Some(names::state_lock_lease(&suffix)),
@@ -233,12 +234,12 @@ async fn an_empty_namespace_loses_only_its_managed_objects() {
     .await;
 
     // The user's: unlabelled, or labelled anything but managed=true.
-    let not_managed = [(jobs::MANAGED_LABEL, "false")];
+    let not_managed = [(keys::MANAGED_LABEL, "false")];
     create(
         &client,
         &ns,
         &ServiceAccount {
-            metadata: meta("builder", &[(jobs::RUNNER_LABEL, "true")]),
+            metadata: meta("builder", &[(keys::RUNNER_LABEL, "true")]),
             ..Default::default()
         },
     )
@@ -348,7 +349,7 @@ async fn subjects_no_object_uses_are_pruned() {
         &client,
         &ns,
         &ServiceAccount {
-            metadata: meta("builder", &[(jobs::RUNNER_LABEL, "true")]),
+            metadata: meta("builder", &[(keys::RUNNER_LABEL, "true")]),
             ..Default::default()
         },
     )

@@ -23,6 +23,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
+use crate::keys::MOVE_HIERARCHY_LABEL;
+
 /// The API group of every kind.
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 
@@ -35,10 +37,6 @@ const CRD_LABELS: [(&str, &str); 2] = [
     ("cluster.x-k8s.io/v1beta2", VERSION),
     ("cluster.x-k8s.io/provider", "infrastructure-terraform"),
 ];
-
-/// Makes `clusterctl move` carry the identities that objects reference
-/// (ref §2.3); only the identity CRD carries it.
-const MOVE_HIERARCHY_LABEL: &str = "clusterctl.cluster.x-k8s.io/move-hierarchy";
 
 /// The printer columns of the three workload kinds (what `kubectl get`
 /// shows): the Ready condition, provisioned, the running operation, age. The

@@ -15,6 +15,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
+use crate::names::Op;
+
 /// A DNS-1123 subdomain, the shape of most object names.
 pub const DNS_SUBDOMAIN_PATTERN: &str =
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
@@ -313,18 +315,6 @@ pub struct WorkspaceSpec {
     pub variables_from: Option<Vec<VariablesSource>>,
 }
 
-/// An operation a Job runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Operation {
-    Apply,
-    Destroy,
-    Drift,
-    Refresh,
-    Restore,
-    Plan,
-}
-
 /// The Job that is running for an object.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -335,7 +325,7 @@ pub struct ActiveJob {
 
     /// The operation the Job runs: apply, destroy, drift, refresh, restore or
     /// plan.
-    pub operation: Operation,
+    pub operation: Op,
 
     /// The `a<N>` of the Job name: it counts every retained Job of this
     /// operation, not retries.
@@ -357,7 +347,7 @@ pub struct LastRun {
     pub job: String,
 
     /// The operation the Job ran.
-    pub operation: Operation,
+    pub operation: Op,
 
     /// The steps the runner ran, in order.
     #[serde(skip_serializing_if = "Option::is_none")]

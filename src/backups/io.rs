@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 
-use super::{BACKUP_LABEL, BackupSet, DIGEST_ANNOTATION, SET_ANNOTATION, SUFFIX_LABEL, annotation};
+use super::{BACKUP_DIGEST, BACKUP_LABEL, BACKUP_SET, BACKUP_SUFFIX_LABEL, BackupSet, annotation};
 use crate::error::{Categorized, Category, kube_category};
 use crate::names;
 
@@ -44,7 +44,7 @@ impl Categorized for BackupError {
 }
 
 fn selector(suffix: &str) -> String {
-    format!("{BACKUP_LABEL}=true,{SUFFIX_LABEL}={suffix}")
+    format!("{BACKUP_LABEL}=true,{BACKUP_SUFFIX_LABEL}={suffix}")
 }
 
 fn is_status(error: &kube::Error, code: u16) -> bool {
@@ -65,8 +65,8 @@ pub async fn take(api: &Api<Secret>, set: &BackupSet) -> Result<(), BackupError>
             Ok(_) => created.push(name),
             Err(error) if is_status(&error, 409) => match api.get(&name).await {
                 Ok(found)
-                    if annotation(&found, DIGEST_ANNOTATION) == Some(set.digest.as_str())
-                        && annotation(&found, SET_ANNOTATION) == Some(set.set_id.as_str()) => {}
+                    if annotation(&found, BACKUP_DIGEST) == Some(set.digest.as_str())
+                        && annotation(&found, BACKUP_SET) == Some(set.set_id.as_str()) => {}
                 Ok(_) => {
                     failure = Some(BackupError::Conflict { name });
                     break;
@@ -107,7 +107,7 @@ async fn remove_partial(
                     .metadata
                     .annotations
                     .as_ref()
-                    .and_then(|a| a.get(SET_ANNOTATION))
+                    .and_then(|a| a.get(BACKUP_SET))
                     == Some(&set.set_id);
                 if same_set
                     && names::backup_chunk_index(&set.suffix, set.serial, &name).is_some()

@@ -8,6 +8,7 @@
 //! [`take`], [`existing`] and [`delete_serials`].
 
 mod io;
+pub mod restore;
 
 pub use io::{BackupError, delete_serials, existing, take};
 
@@ -22,28 +23,15 @@ use sha2::{Digest, Sha256};
 
 use crate::api::StateBackup;
 use crate::error::{Categorized, Category};
-use crate::jobs::{MOVE_LABEL, owner_labels};
+use crate::jobs::owner_labels;
+use crate::keys::{
+    BACKUP_CHUNK, BACKUP_CHUNKS, BACKUP_DIGEST, BACKUP_LABEL, BACKUP_LINEAGE, BACKUP_RESOURCES,
+    BACKUP_SERIAL, BACKUP_SET, BACKUP_SOURCE_JOB, BACKUP_SUFFIX_LABEL, BACKUP_TAKEN_AT,
+    INPUTS_HASH, MOVE_LABEL,
+};
 use crate::names::{self, Kind};
 use crate::state::chunks::{ChunkSecret, assemble};
 use crate::state::{State, StateReadable, TFSTATE_KEY, Unreadable};
-
-/// `"true"` on every backup chunk.
-pub const BACKUP_LABEL: &str = "captf.io/state-backup";
-/// The backend suffix of the state a backup chunk was copied from.
-pub const SUFFIX_LABEL: &str = "captf.io/state-backup-suffix";
-pub const SERIAL_ANNOTATION: &str = "captf.io/state-backup-serial";
-pub const LINEAGE_ANNOTATION: &str = "captf.io/state-backup-lineage";
-pub const TAKEN_AT_ANNOTATION: &str = "captf.io/state-backup-taken-at";
-pub const SOURCE_JOB_ANNOTATION: &str = "captf.io/state-backup-source-job";
-/// sha256 of the concatenated payloads, in chunk order.
-pub const DIGEST_ANNOTATION: &str = "captf.io/state-backup-digest";
-pub const RESOURCES_ANNOTATION: &str = "captf.io/state-backup-resources";
-/// The set id that groups the chunks of one backup.
-pub const SET_ANNOTATION: &str = "captf.io/state-backup-set";
-pub const CHUNK_ANNOTATION: &str = "captf.io/state-backup-chunk";
-pub const CHUNKS_ANNOTATION: &str = "captf.io/state-backup-chunks";
-/// Carried over from the base state Secret to chunk 0 (ref §2.2).
-const INPUTS_HASH_ANNOTATION: &str = "captf.io/inputs-hash";
 
 /// status.stateBackups holds at most this many entries.
 pub const MAX_STATUS_ENTRIES: usize = 16;
@@ -178,7 +166,7 @@ pub fn plan_backup(
     ordered.sort_by_key(|(index, _)| *index);
     let mut labels = owner_labels(owner.kind, owner.name, owner.cluster_name);
     labels.insert(BACKUP_LABEL.into(), "true".into());
-    labels.insert(SUFFIX_LABEL.into(), suffix.into());
+    labels.insert(BACKUP_SUFFIX_LABEL.into(), suffix.into());
     labels.insert(MOVE_LABEL.into(), String::new());
     let reference = OwnerReference {
         controller: Some(false),
@@ -192,29 +180,26 @@ pub fn plan_backup(
     for (index, (_, source)) in ordered.into_iter().enumerate() {
         let index = index as u32;
         let mut annotations = BTreeMap::from([
-            (SERIAL_ANNOTATION.into(), state.serial.to_string()),
-            (LINEAGE_ANNOTATION.into(), state.lineage.clone()),
-            (TAKEN_AT_ANNOTATION.into(), taken_at.to_string()),
-            (DIGEST_ANNOTATION.into(), digest.clone()),
-            (
-                RESOURCES_ANNOTATION.into(),
-                state.managed_resources.to_string(),
-            ),
-            (SET_ANNOTATION.into(), set_id.clone()),
-            (CHUNK_ANNOTATION.into(), index.to_string()),
-            (CHUNKS_ANNOTATION.into(), total.to_string()),
+            (BACKUP_SERIAL.into(), state.serial.to_string()),
+            (BACKUP_LINEAGE.into(), state.lineage.clone()),
+            (BACKUP_TAKEN_AT.into(), taken_at.to_string()),
+            (BACKUP_DIGEST.into(), digest.clone()),
+            (BACKUP_RESOURCES.into(), state.managed_resources.to_string()),
+            (BACKUP_SET.into(), set_id.clone()),
+            (BACKUP_CHUNK.into(), index.to_string()),
+            (BACKUP_CHUNKS.into(), total.to_string()),
         ]);
         if let Some(job) = source_job {
-            annotations.insert(SOURCE_JOB_ANNOTATION.into(), job.into());
+            annotations.insert(BACKUP_SOURCE_JOB.into(), job.into());
         }
         if index == 0
             && let Some(hash) = source
                 .metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(INPUTS_HASH_ANNOTATION))
+                .and_then(|a| a.get(INPUTS_HASH))
         {
-            annotations.insert(INPUTS_HASH_ANNOTATION.into(), hash.clone());
+            annotations.insert(INPUTS_HASH.into(), hash.clone());
         }
         secrets.push(Secret {
             metadata: ObjectMeta {
@@ -251,7 +236,7 @@ pub struct BackupInfo {
     pub complete: bool,
 }
 
-fn annotation<'a>(secret: &'a Secret, key: &str) -> Option<&'a str> {
+pub(crate) fn annotation<'a>(secret: &'a Secret, key: &str) -> Option<&'a str> {
     secret
         .metadata
         .annotations
@@ -284,9 +269,9 @@ fn is_complete(chunks: &BTreeMap<u64, Vec<&Secret>>) -> bool {
         return false;
     };
     let (Some(set), Some(count), Some(digest)) = (
-        annotation(first, SET_ANNOTATION),
-        annotation(first, CHUNKS_ANNOTATION).and_then(|c| c.parse::<u64>().ok()),
-        annotation(first, DIGEST_ANNOTATION),
+        annotation(first, BACKUP_SET),
+        annotation(first, BACKUP_CHUNKS).and_then(|c| c.parse::<u64>().ok()),
+        annotation(first, BACKUP_DIGEST),
     ) else {
         return false;
     };
@@ -299,9 +284,9 @@ fn is_complete(chunks: &BTreeMap<u64, Vec<&Secret>>) -> bool {
         let [secret] = secrets.as_slice() else {
             return false;
         };
-        let agrees = annotation(secret, SET_ANNOTATION) == Some(set)
-            && annotation(secret, CHUNKS_ANNOTATION) == Some(count.to_string().as_str())
-            && annotation(secret, CHUNK_ANNOTATION) == Some(index.to_string().as_str());
+        let agrees = annotation(secret, BACKUP_SET) == Some(set)
+            && annotation(secret, BACKUP_CHUNKS) == Some(count.to_string().as_str())
+            && annotation(secret, BACKUP_CHUNK) == Some(index.to_string().as_str());
         match payload(secret) {
             Some(bytes) if agrees => payloads.push(bytes),
             _ => return false,
@@ -317,7 +302,11 @@ pub fn list(secrets: &[Secret], suffix: &str) -> Vec<BackupInfo> {
     let mut sets: BTreeMap<u64, BTreeMap<u64, Vec<&Secret>>> = BTreeMap::new();
     for secret in secrets {
         let labels = secret.metadata.labels.as_ref();
-        if labels.and_then(|l| l.get(SUFFIX_LABEL)).map(String::as_str) != Some(suffix) {
+        if labels
+            .and_then(|l| l.get(BACKUP_SUFFIX_LABEL))
+            .map(String::as_str)
+            != Some(suffix)
+        {
             continue;
         }
         let Some(name) = secret.metadata.name.as_deref() else {
@@ -341,7 +330,7 @@ pub fn list(secrets: &[Secret], suffix: &str) -> Vec<BackupInfo> {
             taken_at: chunks
                 .get(&0)
                 .and_then(|v| v.first())
-                .and_then(|s| annotation(s, TAKEN_AT_ANNOTATION))
+                .and_then(|s| annotation(s, BACKUP_TAKEN_AT))
                 .and_then(|t| t.parse().ok()),
             bytes: chunks
                 .values()

@@ -27,9 +27,8 @@ fn source(index: u32, payload: &[u8]) -> Secret {
     Secret {
         metadata: ObjectMeta {
             name: Some(names::state_chunk(S, index)),
-            annotations: (index == 0).then(|| {
-                BTreeMap::from([(INPUTS_HASH_ANNOTATION.to_owned(), "abc123".to_owned())])
-            }),
+            annotations: (index == 0)
+                .then(|| BTreeMap::from([(INPUTS_HASH.to_owned(), "abc123".to_owned())])),
             ..Default::default()
         },
         data: Some(BTreeMap::from([(
@@ -102,24 +101,24 @@ fn plans_chunk_for_chunk_from_the_names_whatever_the_list_order() {
             Some(names::backup_chunk(S, 12, index).as_str())
         );
         assert_eq!(tfstate(secret), payloads[index as usize], "chunk {index}");
-        assert_eq!(annot(secret, CHUNK_ANNOTATION), index.to_string());
-        assert_eq!(annot(secret, CHUNKS_ANNOTATION), "3");
-        assert_eq!(annot(secret, SERIAL_ANNOTATION), "12");
-        assert_eq!(annot(secret, LINEAGE_ANNOTATION), state(12).lineage);
-        assert_eq!(annot(secret, TAKEN_AT_ANNOTATION), "2023-11-14T22:13:20Z");
-        assert_eq!(annot(secret, SOURCE_JOB_ANNOTATION), "job-1");
-        assert_eq!(annot(secret, DIGEST_ANNOTATION), set.digest);
-        assert_eq!(annot(secret, RESOURCES_ANNOTATION), "4");
-        assert_eq!(annot(secret, SET_ANNOTATION), set.set_id);
+        assert_eq!(annot(secret, BACKUP_CHUNK), index.to_string());
+        assert_eq!(annot(secret, BACKUP_CHUNKS), "3");
+        assert_eq!(annot(secret, BACKUP_SERIAL), "12");
+        assert_eq!(annot(secret, BACKUP_LINEAGE), state(12).lineage);
+        assert_eq!(annot(secret, BACKUP_TAKEN_AT), "2023-11-14T22:13:20Z");
+        assert_eq!(annot(secret, BACKUP_SOURCE_JOB), "job-1");
+        assert_eq!(annot(secret, BACKUP_DIGEST), set.digest);
+        assert_eq!(annot(secret, BACKUP_RESOURCES), "4");
+        assert_eq!(annot(secret, BACKUP_SET), set.set_id);
         assert_eq!(
-            annotation(secret, INPUTS_HASH_ANNOTATION),
+            annotation(secret, INPUTS_HASH),
             (index == 0).then_some("abc123")
         );
         let labels = secret.metadata.labels.as_ref().unwrap();
         for (key, value) in [
             ("captf.io/managed", "true"),
             (BACKUP_LABEL, "true"),
-            (SUFFIX_LABEL, S),
+            (BACKUP_SUFFIX_LABEL, S),
             ("clusterctl.cluster.x-k8s.io/move", ""),
             (
                 "captf.infrastructure.cluster.x-k8s.io/owner-kind",
@@ -163,7 +162,7 @@ fn without_source_job_or_cluster_neither_is_written() {
     who.cluster_name = None;
     let set = plan_backup(S, &state(1), &[source(0, b"x")], &who, None, at(0)).unwrap();
     let secret = &set.secrets[0];
-    assert_eq!(annotation(secret, SOURCE_JOB_ANNOTATION), None);
+    assert_eq!(annotation(secret, BACKUP_SOURCE_JOB), None);
     assert!(
         !secret
             .metadata
@@ -262,7 +261,7 @@ fn list_groups_orders_and_checks_completeness() {
         .labels
         .as_mut()
         .unwrap()
-        .insert(SUFFIX_LABEL.into(), "ffffffffffffffff-m".into());
+        .insert(BACKUP_SUFFIX_LABEL.into(), "ffffffffffffffff-m".into());
     secrets.extend(other);
     let mut stray = planned(12, &[b"i"]);
     stray[0].metadata.name = Some(format!("{}-x", names::backup_secret(S, 12)));
@@ -346,4 +345,55 @@ fn status_lists_complete_sets_newest_first_at_most_16() {
         ..info(2, true)
     };
     assert!(status_entries(&[untimed, empty, info(1, false)]).is_empty());
+}
+
+#[test]
+fn a_restore_request_names_a_complete_set_once() {
+    use super::restore::{Push, Request, request};
+    let mut sets = planned(4, &[b"aa", b"bb"]);
+    sets.extend(planned(6, &[b"cc"]));
+    // Chunk 1 of serial 6's two-chunk set is missing: incomplete.
+    let mut broken = planned(6, &[b"dd", b"ee"]);
+    broken.truncate(1);
+    let push = |serial: u64, chunks: &[&str]| {
+        Request::Push(Push {
+            serial,
+            chunks: chunks.iter().map(|c| c.to_string()).collect(),
+            resources: 4,
+            inputs_hash: Some("abc123".into()),
+        })
+    };
+    let b4 = names::backup_secret(S, 4);
+    let b4p1 = names::backup_chunk(S, 4, 1);
+    let b6 = names::backup_secret(S, 6);
+    let rows: [(&str, &[Secret], bool, Request); 6] = [
+        ("two chunks, in order", &sets, false, push(4, &[&b4, &b4p1])),
+        ("one chunk", &sets, false, push(6, &[&b6])),
+        ("failed before", &sets, true, Request::FailedBefore),
+        (
+            "not a serial",
+            &sets,
+            false,
+            Request::NotFound("captf.io/restore-state is \"x\", not a state serial".into()),
+        ),
+        (
+            "no such set",
+            &sets,
+            false,
+            Request::NotFound(format!(
+                "no complete backup of state serial 5 ({})",
+                names::backup_secret(S, 5)
+            )),
+        ),
+        (
+            "incomplete",
+            &broken,
+            false,
+            Request::NotFound(format!("no complete backup of state serial 6 ({b6})")),
+        ),
+    ];
+    let raws = ["4", "6", "4", "x", "5", "6"];
+    for ((what, existing, failed, want), raw) in rows.into_iter().zip(raws) {
+        assert_eq!(request(raw, S, existing, failed), want, "{what}");
+    }
 }

@@ -9,7 +9,9 @@ use k8s_openapi::jiff::Timestamp;
 use super::conditions::{
     APPLY_JOB_SUCCEEDED, Cond, DRIFT_JOB_SUCCEEDED, RESTORE_JOB_SUCCEEDED, Status,
 };
-use crate::api::{LastRun, Operation, RunError, RunErrorKind, RunStep};
+use super::ledger::Outcome;
+use crate::api::{LastRun, RunError, RunErrorKind, RunStep};
+use crate::metrics::JobResult;
 use crate::names::Op;
 use crate::runner::result::RunResult;
 
@@ -46,29 +48,16 @@ pub fn job_end(job: &Job) -> Option<JobEnd> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Accounted {
     pub last_run: LastRun,
-    pub succeeded: bool,
-    /// Whether the failure counts towards the retry backoff (ref §8.4).
-    pub counts_for_backoff: bool,
+    pub outcome: Outcome,
     pub condition: Cond,
     pub runtime_version: Option<String>,
-    /// The kind of failure for `captf_job_errors_total`, when it failed.
-    pub error_kind: Option<&'static str>,
+    /// The `result` of `captf_jobs_total`.
+    pub result: JobResult,
 }
 
 /// Status keeps at most 16 steps (the CRD's limit).
 const MAX_STEPS: usize = 16;
 const MAX_SUMMARY: usize = 512;
-
-pub fn operation(op: Op) -> Operation {
-    match op {
-        Op::Apply => Operation::Apply,
-        Op::Plan => Operation::Plan,
-        Op::Destroy => Operation::Destroy,
-        Op::Refresh => Operation::Refresh,
-        Op::Drift => Operation::Drift,
-        Op::Restore => Operation::Restore,
-    }
-}
 
 fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
@@ -143,19 +132,7 @@ pub fn account(
         })
         .unwrap_or_default();
 
-    let error_kind = error.as_ref().map(|e| {
-        if end.deadline {
-            "deadline"
-        } else {
-            match e.kind {
-                RunErrorKind::Step => "step",
-                RunErrorKind::ImageLayout => "image-layout",
-                RunErrorKind::Interrupted => "interrupted",
-                RunErrorKind::Blocked => "blocked",
-                RunErrorKind::PlanChanged => "plan-changed",
-            }
-        }
-    });
+    let result = job_result(end, error.as_ref().map(|e| e.kind));
     // An interruption reported by the runner is retried without backoff; a
     // deadline counts unless the runner said it was interrupted (ref §8.4).
     let counts_for_backoff = !end.succeeded
@@ -165,22 +142,46 @@ pub fn account(
         )
         || end.deadline && document.as_ref().and_then(|d| d.error.as_ref()).is_none();
 
+    let outcome = if end.succeeded {
+        Outcome::Succeeded
+    } else if counts_for_backoff {
+        Outcome::Failed
+    } else {
+        Outcome::Interrupted
+    };
     let condition = condition(op, end, error.as_ref(), job);
     Accounted {
         last_run: LastRun {
             job: job.to_string(),
-            operation: operation(op),
+            operation: op,
             steps: (!steps.is_empty()).then_some(steps),
             error,
             drift: None,
         },
-        succeeded: end.succeeded,
-        counts_for_backoff,
+        outcome,
         condition,
         runtime_version: document
             .and_then(|d| d.runtime_version)
             .filter(|v| !v.is_empty() && v.len() <= 64),
-        error_kind,
+        result,
+    }
+}
+
+/// The `result` of `captf_jobs_total` (ref §5): a deadline is a deadline
+/// whatever the runner said; blocked and plan-changed are outcomes of
+/// their own, not failures.
+pub fn job_result(end: &JobEnd, error: Option<RunErrorKind>) -> JobResult {
+    if end.succeeded {
+        return JobResult::Succeeded;
+    }
+    if end.deadline {
+        return JobResult::Deadline;
+    }
+    match error {
+        Some(RunErrorKind::Interrupted) => JobResult::Interrupted,
+        Some(RunErrorKind::Blocked) => JobResult::Blocked,
+        Some(RunErrorKind::PlanChanged) => JobResult::PlanChanged,
+        Some(RunErrorKind::Step | RunErrorKind::ImageLayout) | None => JobResult::Failed,
     }
 }
 
@@ -301,7 +302,7 @@ mod tests {
 
     #[test]
     fn outcomes() {
-        // (case, op, job end, runner container, succeeded, reason, failure kind, failure event)
+        // (case, op, job end, runner container, succeeded, reason, jobs_total result, counts for backoff)
         type Row = (
             &'static str,
             Op,
@@ -309,7 +310,7 @@ mod tests {
             Option<ContainerStateTerminated>,
             bool,
             &'static str,
-            Option<&'static str>,
+            JobResult,
             bool,
         );
         let table: Vec<Row> = vec![
@@ -320,7 +321,7 @@ mod tests {
                 Some(term(0, "Completed", OK_DOC)),
                 true,
                 "ApplySucceeded",
-                None,
+                JobResult::Succeeded,
                 false,
             ),
             (
@@ -330,7 +331,7 @@ mod tests {
                 Some(term(1, "Error", FAILED_DOC)),
                 false,
                 "ApplyFailed",
-                Some("step"),
+                JobResult::Failed,
                 true,
             ),
             (
@@ -340,7 +341,7 @@ mod tests {
                 Some(term(137, "OOMKilled", "")),
                 false,
                 "ApplyFailed",
-                Some("step"),
+                JobResult::Failed,
                 true,
             ),
             (
@@ -350,7 +351,7 @@ mod tests {
                 None,
                 false,
                 "JobDeadlineExceeded",
-                Some("deadline"),
+                JobResult::Deadline,
                 true,
             ),
             (
@@ -360,7 +361,7 @@ mod tests {
                 Some(term(1, "Error", FAILED_DOC)),
                 false,
                 "DestroyFailed",
-                Some("step"),
+                JobResult::Failed,
                 true,
             ),
             (
@@ -370,7 +371,7 @@ mod tests {
                 Some(term(0, "Completed", OK_DOC)),
                 true,
                 "DriftChecked",
-                None,
+                JobResult::Succeeded,
                 false,
             ),
             (
@@ -380,7 +381,7 @@ mod tests {
                 None,
                 false,
                 "RestoreFailed",
-                Some("step"),
+                JobResult::Failed,
                 true,
             ),
             (
@@ -394,7 +395,7 @@ mod tests {
                 )),
                 false,
                 "ApplyFailed",
-                Some("interrupted"),
+                JobResult::Interrupted,
                 false,
             ),
             (
@@ -408,7 +409,7 @@ mod tests {
                 )),
                 false,
                 "ImageInvalid",
-                Some("image-layout"),
+                JobResult::Failed,
                 true,
             ),
             (
@@ -418,16 +419,58 @@ mod tests {
                 Some(term(1, "Error", "not json")),
                 false,
                 "ApplyFailed",
-                Some("step"),
+                JobResult::Failed,
                 true,
             ),
+            (
+                "blocked",
+                Op::Apply,
+                end(false, false),
+                Some(term(
+                    2,
+                    "Error",
+                    r#"{"operation":"apply","error":{"kind":"blocked","summary":"a delete"}}"#,
+                )),
+                false,
+                "ApplyFailed",
+                JobResult::Blocked,
+                false,
+            ),
+            (
+                "plan changed",
+                Op::Apply,
+                end(false, false),
+                Some(term(
+                    3,
+                    "Error",
+                    r#"{"operation":"apply","error":{"kind":"plan-changed","summary":"changed"}}"#,
+                )),
+                false,
+                "ApplyFailed",
+                JobResult::PlanChanged,
+                false,
+            ),
+            (
+                "deadline, runner interrupted",
+                Op::Apply,
+                end(false, true),
+                Some(term(
+                    1,
+                    "Error",
+                    r#"{"operation":"apply","error":{"kind":"interrupted","summary":"SIGTERM"}}"#,
+                )),
+                false,
+                "JobDeadlineExceeded",
+                JobResult::Deadline,
+                false,
+            ),
         ];
-        for (what, op, e, t, ok, reason, kind, backoff) in table {
+        for (what, op, e, t, ok, reason, result, backoff) in table {
             let a = account("job-x", op, &e, t.as_ref());
-            assert_eq!(a.succeeded, ok, "{what}");
+            assert_eq!(a.outcome == Outcome::Succeeded, ok, "{what}");
             assert_eq!(a.condition.reason, reason, "{what}");
-            assert_eq!(a.error_kind, kind, "{what}");
-            assert_eq!(a.counts_for_backoff, backoff, "{what}");
+            assert_eq!(a.result, result, "{what}");
+            assert_eq!(a.outcome == Outcome::Failed, backoff, "{what}");
             assert_eq!(a.last_run.job, "job-x");
         }
     }

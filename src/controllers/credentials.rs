@@ -15,12 +15,8 @@ use sha2::{Digest, Sha256};
 use super::Error;
 use super::conditions::{CREDENTIALS_MIRRORED, Cond, IDENTITY_ALLOWED, Status};
 use crate::api::{AllowedNamespaces, TerraformCluster, TerraformClusterIdentity, WorkspaceSpec};
-use crate::jobs::MANAGED_LABEL;
+use crate::keys::{IDENTITY, MANAGED_LABEL, MIRRORED_LABEL, SOURCE_HASH};
 use crate::names;
-
-const MIRRORED_LABEL: &str = "captf.io/mirrored";
-const SOURCE_HASH: &str = "captf.io/source-hash";
-const IDENTITY_ANNOTATION: &str = "captf.io/identity";
 
 /// The identity an object resolves to (ref §1.3): its own identityRef; for a
 /// machine or pool, then its cluster's spec.defaults.identityRef, then the
@@ -84,12 +80,75 @@ pub fn source_hash(data: &BTreeMap<String, ByteString>) -> String {
     format!("{:x}", h.finalize())
 }
 
+/// What a pass reads for the credentials: the identity, the namespace's
+/// labels, the identity's Secret (only when the namespace is allowed) and
+/// the mirror.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    pub name: Option<String>,
+    pub identity: Option<TerraformClusterIdentity>,
+    pub namespace_labels: BTreeMap<String, String>,
+    pub source: Option<Secret>,
+    pub mirror: Option<Secret>,
+}
+
+/// Reads what [`decide`] needs. API errors are returned (transient).
+pub async fn observe(
+    client: &kube::Client,
+    namespace: &str,
+    identity: Option<&str>,
+) -> Result<Observed, Error> {
+    let Some(name) = identity else {
+        return Ok(Observed::default());
+    };
+    let mut observed = Observed {
+        name: Some(name.to_owned()),
+        ..Default::default()
+    };
+    let identities: Api<TerraformClusterIdentity> = Api::all(client.clone());
+    let Some(found) = identities.get_opt(name).await.map_err(Error::Kube)? else {
+        return Ok(observed);
+    };
+    let ns = Api::<Namespace>::all(client.clone())
+        .get(namespace)
+        .await
+        .map_err(Error::Kube)?;
+    observed.namespace_labels = ns.metadata.labels.unwrap_or_default();
+    if namespace_allowed(
+        found.spec.allowed_namespaces.as_ref(),
+        namespace,
+        &observed.namespace_labels,
+    ) {
+        let source = &found.spec.secret_ref;
+        observed.source = Api::<Secret>::namespaced(client.clone(), &source.namespace)
+            .get_opt(&source.name)
+            .await
+            .map_err(Error::Kube)?;
+        observed.mirror = Api::<Secret>::namespaced(client.clone(), namespace)
+            .get_opt(&names::credentials_mirror(name))
+            .await
+            .map_err(Error::Kube)?;
+    }
+    observed.identity = Some(found);
+    Ok(observed)
+}
+
+/// A write of the mirror, guarded by the resourceVersion it was read at.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MirrorWrite {
+    Create(Secret),
+    Replace(Secret),
+}
+
 /// The outcome of resolving and mirroring an object's credentials.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Credentials {
     /// The mirror Secret's identity, when the Job may start.
     pub identity: Option<String>,
     pub allowed: Cond,
+    /// What the mirror is once `write` (if any) succeeds.
     pub mirrored: Cond,
+    pub write: Option<MirrorWrite>,
 }
 
 fn pending(message: &str) -> Cond {
@@ -101,182 +160,142 @@ fn pending(message: &str) -> Cond {
     )
 }
 
-/// Resolves the identity and writes the mirror. API errors while reading
-/// the identity are returned (IdentityCheckFailed is transient).
-pub async fn ensure(
-    client: &kube::Client,
-    namespace: &str,
-    identity: Option<&str>,
-    owner: OwnerReference,
-) -> Result<Credentials, Error> {
-    let Some(identity) = identity else {
-        return Ok(Credentials {
-            identity: None,
-            allowed: Cond::new(
-                IDENTITY_ALLOWED,
-                Status::False,
-                "IdentityNotFound",
-                "no identityRef: set spec.identityRef (or the cluster's)",
-            ),
-            mirrored: pending("waiting for an allowed identity"),
-        });
+fn refused(reason: &'static str, message: String) -> Credentials {
+    Credentials {
+        identity: None,
+        allowed: Cond::new(IDENTITY_ALLOWED, Status::False, reason, message),
+        mirrored: pending("waiting for an allowed identity"),
+        write: None,
+    }
+}
+
+/// Whether the identity allows the namespace, and the mirror write that
+/// makes the mirror hold the identity's Secret with `owner` among its
+/// users. A Secret of the mirror's name that is not a mirror is never
+/// overwritten.
+pub fn decide(o: &Observed, namespace: &str, owner: &OwnerReference) -> Credentials {
+    let Some(name) = o.name.as_deref() else {
+        return refused(
+            "IdentityNotFound",
+            "no identityRef: set spec.identityRef (or the cluster's)".into(),
+        );
     };
-    let identities: Api<TerraformClusterIdentity> = Api::all(client.clone());
-    let Some(found) = identities.get_opt(identity).await.map_err(Error::Kube)? else {
-        return Ok(Credentials {
-            identity: None,
-            allowed: Cond::new(
-                IDENTITY_ALLOWED,
-                Status::False,
-                "IdentityNotFound",
-                format!("TerraformClusterIdentity {identity} not found"),
-            ),
-            mirrored: pending("waiting for an allowed identity"),
-        });
+    let Some(found) = &o.identity else {
+        return refused(
+            "IdentityNotFound",
+            format!("TerraformClusterIdentity {name} not found"),
+        );
     };
-    let ns = Api::<Namespace>::all(client.clone())
-        .get(namespace)
-        .await
-        .map_err(Error::Kube)?;
-    let labels = ns.metadata.labels.unwrap_or_default();
-    if !namespace_allowed(found.spec.allowed_namespaces.as_ref(), namespace, &labels) {
-        return Ok(Credentials {
-            identity: None,
-            allowed: Cond::new(
-                IDENTITY_ALLOWED,
-                Status::False,
-                "NamespaceNotAllowed",
-                format!("TerraformClusterIdentity {identity} does not allow namespace {namespace}"),
-            ),
-            mirrored: pending("waiting for an allowed identity"),
-        });
+    if !namespace_allowed(
+        found.spec.allowed_namespaces.as_ref(),
+        namespace,
+        &o.namespace_labels,
+    ) {
+        return refused(
+            "NamespaceNotAllowed",
+            format!("TerraformClusterIdentity {name} does not allow namespace {namespace}"),
+        );
     }
     let source_ref = &found.spec.secret_ref;
-    let source = Api::<Secret>::namespaced(client.clone(), &source_ref.namespace)
-        .get_opt(&source_ref.name)
-        .await
-        .map_err(Error::Kube)?;
-    let Some(source) = source else {
-        return Ok(Credentials {
-            identity: None,
-            allowed: Cond::new(
-                IDENTITY_ALLOWED,
-                Status::False,
-                "SecretNotFound",
-                format!(
-                    "Secret {}/{} of TerraformClusterIdentity {identity} not found",
-                    source_ref.namespace, source_ref.name
-                ),
+    let Some(source) = &o.source else {
+        return refused(
+            "SecretNotFound",
+            format!(
+                "Secret {}/{} of TerraformClusterIdentity {name} not found",
+                source_ref.namespace, source_ref.name
             ),
-            mirrored: pending("waiting for an allowed identity"),
-        });
+        );
     };
     let allowed = Cond::new(
         IDENTITY_ALLOWED,
         Status::True,
         "IdentityAllowed",
-        format!("TerraformClusterIdentity {identity} allows namespace {namespace}"),
+        format!("TerraformClusterIdentity {name} allows namespace {namespace}"),
     );
-    let mirrored = match mirror(client, namespace, identity, source, owner).await {
-        Ok(()) => Cond::new(
-            CREDENTIALS_MIRRORED,
-            Status::True,
-            "Mirrored",
-            format!(
-                "Secret {} holds the credentials",
-                names::credentials_mirror(identity)
-            ),
-        ),
-        Err(why) => {
-            return Ok(Credentials {
-                identity: None,
-                allowed,
-                mirrored: Cond::new(CREDENTIALS_MIRRORED, Status::False, "MirrorFailed", why),
-            });
-        }
-    };
-    Ok(Credentials {
-        identity: Some(identity.to_string()),
-        allowed,
-        mirrored,
-    })
-}
-
-/// Creates or refreshes the mirror; the error is the condition message. A
-/// Secret of that name that is not a mirror is never overwritten.
-async fn mirror(
-    client: &kube::Client,
-    namespace: &str,
-    identity: &str,
-    source: Secret,
-    owner: OwnerReference,
-) -> Result<(), String> {
-    let name = names::credentials_mirror(identity);
-    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let data = source.data.unwrap_or_default();
+    let mirror = names::credentials_mirror(name);
+    let data = source.data.clone().unwrap_or_default();
     let hash = source_hash(&data);
-    for _ in 0..3 {
-        let existing = api
-            .get_opt(&name)
-            .await
-            .map_err(|e| format!("reading Secret {name}: {e}"))?;
-        let result = match existing {
-            None => {
-                let secret = Secret {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        namespace: Some(namespace.to_string()),
-                        labels: Some(BTreeMap::from([
-                            (MANAGED_LABEL.to_string(), "true".to_string()),
-                            (MIRRORED_LABEL.to_string(), "true".to_string()),
-                        ])),
-                        annotations: Some(BTreeMap::from([
-                            (SOURCE_HASH.to_string(), hash.clone()),
-                            (IDENTITY_ANNOTATION.to_string(), identity.to_string()),
-                        ])),
-                        owner_references: Some(vec![owner.clone()]),
-                        ..Default::default()
-                    },
-                    data: Some(data.clone()),
-                    type_: Some("Opaque".into()),
-                    ..Default::default()
+    let write = match o.mirror.clone() {
+        None => Some(MirrorWrite::Create(Secret {
+            metadata: ObjectMeta {
+                name: Some(mirror.clone()),
+                namespace: Some(namespace.to_string()),
+                labels: Some(BTreeMap::from([
+                    (MANAGED_LABEL.to_string(), "true".to_string()),
+                    (MIRRORED_LABEL.to_string(), "true".to_string()),
+                ])),
+                annotations: Some(BTreeMap::from([
+                    (SOURCE_HASH.to_string(), hash),
+                    (IDENTITY.to_string(), name.to_string()),
+                ])),
+                owner_references: Some(vec![owner.clone()]),
+                ..Default::default()
+            },
+            data: Some(data),
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        })),
+        Some(mut secret) => {
+            let labels = secret.metadata.labels.get_or_insert_default();
+            if labels.get(MIRRORED_LABEL).map(String::as_str) != Some("true") {
+                return Credentials {
+                    identity: None,
+                    allowed,
+                    mirrored: Cond::new(
+                        CREDENTIALS_MIRRORED,
+                        Status::False,
+                        "MirrorFailed",
+                        format!(
+                            "Secret {mirror} exists and is not a CAPTF credentials mirror; it is left alone"
+                        ),
+                    ),
+                    write: None,
                 };
-                api.create(&PostParams::default(), &secret).await.map(drop)
             }
-            Some(mut secret) => {
-                let labels = secret.metadata.labels.get_or_insert_default();
-                if labels.get(MIRRORED_LABEL).map(String::as_str) != Some("true") {
-                    return Err(format!(
-                        "Secret {name} exists and is not a CAPTF credentials mirror; it is left alone"
-                    ));
-                }
-                let annotations = secret.metadata.annotations.get_or_insert_default();
-                let same_data = annotations.get(SOURCE_HASH) == Some(&hash);
-                let owners = secret.metadata.owner_references.get_or_insert_default();
-                let owned = owners.iter().any(|o| o.uid == owner.uid);
-                if same_data && owned {
-                    return Ok(());
-                }
+            let annotations = secret.metadata.annotations.get_or_insert_default();
+            let same_data = annotations.get(SOURCE_HASH) == Some(&hash);
+            let owners = secret.metadata.owner_references.get_or_insert_default();
+            let owned = owners.iter().any(|o| o.uid == owner.uid);
+            if same_data && owned {
+                None
+            } else {
                 if !owned {
                     owners.push(owner.clone());
                 }
-                annotations.insert(SOURCE_HASH.to_string(), hash.clone());
-                secret.data = Some(data.clone());
-                api.replace(&name, &PostParams::default(), &secret)
-                    .await
-                    .map(drop)
+                annotations.insert(SOURCE_HASH.to_string(), hash);
+                secret.data = Some(data);
+                Some(MirrorWrite::Replace(secret))
             }
-        };
-        match result {
-            Ok(()) => return Ok(()),
-            // Another object of the namespace wrote it in between: read again.
-            Err(kube::Error::Api(e)) if e.code == 409 => continue,
-            Err(e) => return Err(format!("writing Secret {name}: {e}")),
         }
+    };
+    Credentials {
+        identity: Some(name.to_string()),
+        allowed,
+        mirrored: Cond::new(
+            CREDENTIALS_MIRRORED,
+            Status::True,
+            "Mirrored",
+            format!("Secret {mirror} holds the credentials"),
+        ),
+        write,
     }
-    Err(format!(
-        "writing Secret {name}: kept conflicting with other writers"
-    ))
+}
+
+/// Performs a mirror write; the error is the MirrorFailed message. A
+/// conflict (another object of the namespace wrote first) fails it, and
+/// the next pass reads again.
+pub async fn write(client: &kube::Client, namespace: &str, w: &MirrorWrite) -> Result<(), String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let (secret, result) = match w {
+        MirrorWrite::Create(s) => (s, api.create(&PostParams::default(), s).await),
+        MirrorWrite::Replace(s) => (
+            s,
+            api.replace(&s.name_any(), &PostParams::default(), s).await,
+        ),
+    };
+    result
+        .map(drop)
+        .map_err(|e| format!("writing Secret {}: {e}", secret.name_any()))
 }
 
 /// Removes the object `uid` from the users of every credentials mirror of
@@ -444,5 +463,88 @@ mod tests {
         assert_ne!(source_hash(&a), source_hash(&b));
         assert_ne!(source_hash(&a), source_hash(&c));
         assert_eq!(source_hash(&a), source_hash(&a.clone()));
+    }
+
+    #[test]
+    fn the_mirror_is_written_only_when_it_differs() {
+        use crate::api::{SecretReference, TerraformClusterIdentitySpec};
+        let owner = user_reference(
+            "v".into(),
+            "TerraformMachine".into(),
+            "m".into(),
+            "u-1".into(),
+        );
+        let source = Secret {
+            data: Some(BTreeMap::from([(
+                "k".to_string(),
+                ByteString(b"v".to_vec()),
+            )])),
+            ..Default::default()
+        };
+        let identity = TerraformClusterIdentity::new(
+            "id",
+            TerraformClusterIdentitySpec {
+                secret_ref: SecretReference {
+                    name: "creds".into(),
+                    namespace: "sys".into(),
+                },
+                allowed_namespaces: Some(AllowedNamespaces {
+                    list: Some(vec!["ns".into()]),
+                    selector: None,
+                }),
+            },
+        );
+        let observed = |mirror: Option<Secret>| Observed {
+            name: Some("id".into()),
+            identity: Some(identity.clone()),
+            namespace_labels: BTreeMap::new(),
+            source: Some(source.clone()),
+            mirror,
+        };
+        let first = decide(&observed(None), "ns", &owner);
+        assert_eq!(first.identity.as_deref(), Some("id"));
+        let Some(MirrorWrite::Create(created)) = first.write else {
+            panic!("a missing mirror is created: {:?}", first.write)
+        };
+        assert_eq!(created.metadata.name.as_deref(), Some("captf-creds-id"));
+        // The same data and this owner: nothing to write.
+        assert_eq!(
+            decide(&observed(Some(created.clone())), "ns", &owner).write,
+            None
+        );
+        // Another user: added as an owner.
+        let other = user_reference(
+            "v".into(),
+            "TerraformMachine".into(),
+            "n".into(),
+            "u-2".into(),
+        );
+        let Some(MirrorWrite::Replace(shared)) =
+            decide(&observed(Some(created.clone())), "ns", &other).write
+        else {
+            panic!("a new user is added")
+        };
+        assert_eq!(shared.metadata.owner_references.unwrap().len(), 2);
+        // A Secret of that name that is not a mirror is left alone.
+        let mut foreign = created;
+        foreign.metadata.labels = None;
+        let refused = decide(&observed(Some(foreign)), "ns", &owner);
+        assert_eq!((refused.identity, refused.write), (None, None));
+        assert_eq!(refused.mirrored.reason, "MirrorFailed");
+        // Other namespaces, missing identities and Secrets are refused.
+        assert_eq!(
+            decide(&observed(None), "other", &owner).allowed.reason,
+            "NamespaceNotAllowed"
+        );
+        let mut no_source = observed(None);
+        no_source.source = None;
+        assert_eq!(
+            decide(&no_source, "ns", &owner).allowed.reason,
+            "SecretNotFound"
+        );
+        assert_eq!(
+            decide(&Observed::default(), "ns", &owner).allowed.reason,
+            "IdentityNotFound"
+        );
     }
 }

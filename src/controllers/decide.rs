@@ -42,6 +42,9 @@ pub struct Facts {
     pub finished: Vec<Finished>,
     pub failed_jobs_history_limit: i32,
     pub now: Timestamp,
+    /// `captf.io/restore-state` names a complete backup whose restore has
+    /// not run yet: it goes before anything else (ref §8.2).
+    pub restore_requested: bool,
 }
 
 /// Why a Job is due: mostly an apply, or a restore or a destroy.
@@ -85,6 +88,8 @@ impl JobReason {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
+    /// Start a restore now.
+    Restore,
     /// Start an apply now.
     Apply(JobReason),
     /// An apply is due but backs off until the delay has passed.
@@ -129,6 +134,9 @@ fn failures_of(finished: &[Finished], op: Op) -> (u32, Option<Timestamp>) {
 }
 
 pub fn decide(facts: &Facts) -> Decision {
+    if facts.restore_requested {
+        return Decision::Restore;
+    }
     let newest_apply_failed = facts
         .finished
         .iter()
@@ -218,6 +226,7 @@ mod tests {
             finished,
             failed_jobs_history_limit: 3,
             now: at(now),
+            restore_requested: false,
         }
     }
 
@@ -347,5 +356,21 @@ mod tests {
         assert_eq!(decide(&f), Decision::Idle);
         f.state = StateFact::Read { inputs_hash: None };
         assert_eq!(decide(&f), Decision::Apply(JobReason::NoInputsHash));
+    }
+
+    #[test]
+    fn a_requested_restore_goes_before_everything() {
+        for state in [
+            StateFact::NotFound,
+            StateFact::Unreadable,
+            StateFact::Read { inputs_hash: None },
+            StateFact::Read {
+                inputs_hash: Some("h2:old".into()),
+            },
+        ] {
+            let mut f = facts(state.clone(), vec![failed(0)], 1);
+            f.restore_requested = true;
+            assert_eq!(decide(&f), Decision::Restore, "{state:?}");
+        }
     }
 }

@@ -8,22 +8,10 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
+use super::conditions::{self, Cond, Status};
 use super::decide::{self, Finished, StateFact};
-use crate::names::{Kind, Op};
-
-/// The finalizer of each kind (ref §2.4).
-pub const fn finalizer(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Cluster => "terraformcluster.infrastructure.cluster.x-k8s.io",
-        Kind::Machine => "terraformmachine.infrastructure.cluster.x-k8s.io",
-        Kind::MachinePool => "terraformmachinepool.infrastructure.cluster.x-k8s.io",
-    }
-}
-
-/// Set to the object's `metadata.uid`, cleans up without a destroy: the
-/// infrastructure is left to whoever set it. The uid makes it a deliberate
-/// act for this very object, never one copied from another.
-pub const ABANDON: &str = "captf.io/abandon-infrastructure";
+use crate::keys::{ABANDON, finalizer};
+use crate::names::{self, Kind, Op};
 
 /// The finalizer as the reconcile's top-level step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,6 +139,43 @@ pub fn next(f: &Facts) -> Step {
     }
 }
 
+/// The Deleting condition of a held deletion: why, and the two ways out.
+/// `unreadable` is the state's StateReadable reason when it cannot be read.
+pub fn held(hold: Hold, suffix: &str, uid: &str, unreadable: &str) -> Cond {
+    let why = match hold {
+        Hold::Lost => format!(
+            "the state Secret {} is missing although the object was applied",
+            names::state_secret(suffix)
+        ),
+        Hold::Unreadable => format!("the state cannot be read ({unreadable})"),
+    };
+    Cond::new(
+        conditions::DELETING,
+        Status::True,
+        "DeletionHeld",
+        format!(
+            "deletion held: {why}, so no destroy can run and every Secret is kept. Restore the state from a backup \
+             (status.stateBackups, Secrets {}-<serial>) into {}, and the destroy runs; or, to remove the object without \
+             a destroy and leave its infrastructure behind, annotate it {ABANDON}={uid}",
+            names::backup_secret(suffix, 0).trim_end_matches("-0"),
+            names::state_secret(suffix),
+        ),
+    )
+}
+
+/// ApplyJobSucceeded of a machine whose destroy cannot be built.
+pub fn missing_inputs(kind: Kind, name: &str, uid: &str) -> Cond {
+    Cond::new(
+        conditions::APPLY_JOB_SUCCEEDED,
+        Status::False,
+        "DestroyFailed",
+        format!(
+            "durable inputs Secret {} is missing or damaged: no destroy can be built; restore it, or annotate the object {ABANDON}={uid} to remove it without a destroy",
+            names::inputs_secret(kind, name),
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +208,38 @@ mod tests {
             failed_jobs_history_limit: 3,
             now: at(1000),
         }
+    }
+
+    #[test]
+    fn a_held_deletion_names_its_cause_and_both_ways_out() {
+        let lost = held(Hold::Lost, "abc-m", "u-1", "");
+        let corrupt = held(Hold::Unreadable, "abc-m", "u-1", "StateCorrupt");
+        for c in [&lost, &corrupt] {
+            assert_eq!(
+                (c.type_, c.status, c.reason),
+                (conditions::DELETING, Status::True, "DeletionHeld")
+            );
+            assert!(
+                c.message.contains("captf-state-backup-abc-m-<serial>"),
+                "{}",
+                c.message
+            );
+            assert!(
+                c.message.contains("into tfstate-default-abc-m"),
+                "{}",
+                c.message
+            );
+            assert!(
+                c.message.contains("captf.io/abandon-infrastructure=u-1"),
+                "{}",
+                c.message
+            );
+        }
+        assert!(lost.message.contains("tfstate-default-abc-m is missing"));
+        assert!(corrupt.message.contains("cannot be read (StateCorrupt)"));
+        let m = missing_inputs(Kind::Machine, "w-0", "u-2");
+        assert_eq!((m.status, m.reason), (Status::False, "DestroyFailed"));
+        assert!(m.message.contains("captf-inputs-m-w-0") && m.message.contains("=u-2"));
     }
 
     #[test]

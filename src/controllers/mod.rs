@@ -4,11 +4,13 @@
 //! bookkeeping, credentials' rules); `reconcile` gathers the facts, calls
 //! them and applies the outcome.
 
+pub mod assessment;
 pub mod bookkeeping;
 pub mod conditions;
 pub mod credentials;
 pub mod decide;
 pub mod deletion;
+pub mod ledger;
 mod reconcile;
 pub mod sweep;
 pub mod workload;
@@ -29,8 +31,10 @@ use tracing::{debug, info, warn};
 
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
 use crate::error::{Categorized, Category, kube_category};
-use crate::jobs::CLUSTER_NAME_LABEL;
-use crate::jobs::variables::{self, SOURCE_LABEL, SourceKind};
+use crate::jobs::variables::{self, SourceKind};
+use crate::keys::{
+    CLUSTER_NAME_LABEL, LEASE_LABEL, MANAGED_LABEL, VARIABLES_LABEL, WATCH_FILTER_LABEL,
+};
 use crate::metrics::Metrics;
 use crate::server::health::{GATE_WATCHES, Readiness};
 use workload::Workload;
@@ -80,6 +84,8 @@ pub enum Error {
     Backup(#[source] crate::backups::BackupError),
     #[error("durable inputs: {0}")]
     Durable(#[source] crate::jobs::durable::DurableError),
+    #[error("credentials mirror: {0}")]
+    Mirror(String),
     #[error("the object has no {0}")]
     MissingMetadata(&'static str),
 }
@@ -94,6 +100,8 @@ impl Categorized for Error {
             Error::Lock(e) => e.category(),
             Error::Backup(e) => e.category(),
             Error::Durable(e) => e.category(),
+            // A conflict with another object's write, mostly: read again.
+            Error::Mirror(_) => Category::Transient,
             Error::MissingMetadata(_) => Category::Invalid,
         }
     }
@@ -115,9 +123,7 @@ where
 
 fn watch_config(settings: &Settings) -> watcher::Config {
     match &settings.watch_filter {
-        Some(value) => {
-            watcher::Config::default().labels(&format!("cluster.x-k8s.io/watch-filter={value}"))
-        }
+        Some(value) => watcher::Config::default().labels(&format!("{WATCH_FILTER_LABEL}={value}")),
         None => watcher::Config::default(),
     }
 }
@@ -154,8 +160,8 @@ pub async fn run(
     let ns = settings.namespace.as_deref();
     // Only CAPTF's own Jobs and cluster write Leases are watched.
     let jobs = || scoped::<Job>(&client, ns);
-    let job_config = watcher::Config::default().labels("captf.io/managed=true");
-    let lease_config = watcher::Config::default().labels("captf.io/lease=cluster");
+    let job_config = watcher::Config::default().labels(&format!("{MANAGED_LABEL}=true"));
+    let lease_config = watcher::Config::default().labels(&format!("{LEASE_LABEL}=cluster"));
 
     let clusters = Controller::new(
         scoped::<TerraformCluster>(&client, ns),
@@ -207,7 +213,7 @@ pub async fn run(
     // An object waiting for a variablesFrom source, or using one that
     // changed, is woken by the source: only labeled ConfigMaps and Secrets
     // are watched.
-    let sources = watcher::Config::default().labels(&format!("{SOURCE_LABEL}=true"));
+    let sources = watcher::Config::default().labels(&format!("{VARIABLES_LABEL}=true"));
     let clusters = wake_on_sources(clusters, &client, ns, &sources);
     let machines = wake_on_sources(machines, &client, ns, &sources);
     let pools = wake_on_sources(pools, &client, ns, &sources);

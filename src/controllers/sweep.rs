@@ -25,7 +25,8 @@ use tracing::{debug, info, warn};
 use super::workload::Workload;
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
 use crate::error::{Categorized, Category, kube_category};
-use crate::jobs::{CLUSTER_NAME_LABEL, MANAGED_LABEL, rbac};
+use crate::jobs::rbac;
+use crate::keys::{CLUSTER_NAME_LABEL, MANAGED_LABEL};
 use crate::names::{self, Kind, RUNNER_RBAC};
 
 /// How many times a sweep of one namespace starts over after a write lost a

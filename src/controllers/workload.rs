@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use crate::api::{
     TerraformCluster, TerraformMachine, TerraformMachinePool, WorkspaceSpec, WorkspaceStatus,
 };
-use crate::jobs::CLUSTER_NAME_LABEL;
+use crate::keys::CLUSTER_NAME_LABEL;
 use crate::names::Kind;
 
 pub trait Workload:

@@ -19,10 +19,11 @@ use kube::Resource;
 use super::inputs::{
     BACKEND_ONLY_MAIN_TF_JSON, EMPTY_TFVARS_JSON, MAIN_TF_JSON, RenderedInputs, TFVARS_JSON,
 };
+use super::owner_labels;
 use super::policy::{JobSettings, quantities, runtime_default_seccomp};
-use super::{ATTEMPT_LABEL, MOVE_LABEL, OP_LABEL, owner_labels};
 use crate::api::{GROUP, ImagePullPolicy, VERSION};
 use crate::error::{Categorized, Category};
+use crate::keys::{ATTEMPT_LABEL, MOVE_LABEL, OP_LABEL};
 use crate::names::{self, Hash6, Kind, Op};
 use crate::state::TFSTATE_KEY;
 

@@ -15,19 +15,11 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 use super::inputs::RenderedInputs;
 use super::{lost_race, owner_labels};
+use crate::keys::{APPLIED, IDENTITY, IMAGE, INPUTS_HASH};
 use crate::names::{self, Kind};
 
 pub const MAIN_KEY: &str = "main.tf.json";
 pub const TFVARS_KEY: &str = "terraform.tfvars.json";
-/// `spec.source.image` as the apply ran it.
-pub const IMAGE: &str = "captf.io/image";
-/// The identity whose credentials the apply used.
-pub const IDENTITY: &str = "captf.io/identity";
-/// The inputs hash of the recorded inputs.
-pub const INPUTS_HASH: &str = "captf.io/inputs-hash";
-/// `"true"` once an apply of the object has succeeded: the object was
-/// applied at least once, so a missing state is lost, not absent.
-pub const APPLIED: &str = "captf.io/applied";
 
 /// What the durable inputs of an apply are made of.
 pub struct Record<'a> {

@@ -16,7 +16,6 @@ use sha2::{Digest, Sha256};
 use crate::api::Variables;
 use crate::error::{Categorized, Category};
 use crate::names::Kind;
-use crate::role::Role;
 use crate::webhooks::rules::variable_key_rule;
 
 /// The module contract version the root implements.
@@ -99,7 +98,7 @@ impl Categorized for InputsError {
 
 /// Renders the root, the values and the inputs hash of `req`.
 pub fn render(req: &InputsRequest) -> Result<RenderedInputs, InputsError> {
-    let role = Role::from(req.kind);
+    let role = req.kind;
     let empty = Variables::default();
     let variables = &req.variables.unwrap_or(&empty).0;
     // The admission webhook refuses these keys already; checked again so a
@@ -160,7 +159,7 @@ pub fn render(req: &InputsRequest) -> Result<RenderedInputs, InputsError> {
     let mut hashed = json!({
         "scheme": HASH_SCHEME,
         "contract": CONTRACT_VERSION,
-        "role": role.as_str(),
+        "role": role.role(),
         "image": req.image,
         "inputs": inputs.into_iter().map(|i| (i.name.to_owned(), i.value)).collect::<Map<_, _>>(),
     });

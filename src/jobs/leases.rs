@@ -17,14 +17,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use super::{LEASE_LABEL, lost_race, owner_labels};
+use super::{lost_race, owner_labels};
 use crate::error::{Categorized, Category, kube_category};
+use crate::keys::{LEASE_ACQUIRED_AT, LEASE_LABEL, LEASE_OP};
 use crate::names::{self, Kind, Op};
 
-/// The operation the holder runs.
-pub const LEASE_OP_ANNOTATION: &str = "captf.io/lease-op";
-/// When the holder took the Lease (RFC 3339).
-pub const LEASE_ACQUIRED_AT_ANNOTATION: &str = "captf.io/lease-acquired-at";
 /// How long a holder Job may be missing before its Lease is taken over: it
 /// covers the gap between taking the Lease and creating the Job.
 pub const MISSING_GRACE: Duration = Duration::from_secs(30);
@@ -74,8 +71,8 @@ fn lease(req: &LeaseRequest, name: String, which: &str) -> Lease {
             labels: Some(labels),
             annotations: Some(
                 [
-                    (LEASE_OP_ANNOTATION.into(), req.op.as_str().into()),
-                    (LEASE_ACQUIRED_AT_ANNOTATION.into(), req.now.to_string()),
+                    (LEASE_OP.into(), req.op.as_str().into()),
+                    (LEASE_ACQUIRED_AT.into(), req.now.to_string()),
                 ]
                 .into(),
             ),
@@ -122,7 +119,7 @@ pub fn acquired_age(lease: &Lease, now: Timestamp) -> Duration {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(LEASE_ACQUIRED_AT_ANNOTATION))
+        .and_then(|a| a.get(LEASE_ACQUIRED_AT))
         .and_then(|at| at.parse::<Timestamp>().ok());
     let acquired = annotated
         .or_else(|| lease.spec.as_ref()?.acquire_time.as_ref().map(|t| t.0))
@@ -171,6 +168,36 @@ pub trait HolderLookup: Sync {
 impl HolderLookup for Api<Job> {
     async fn job_state(&self, job: &str) -> Result<JobState, kube::Error> {
         Ok(job_state(self.get_opt(job).await?.as_ref()))
+    }
+}
+
+/// One step of taking the leases a Job start needs, in order (book:
+/// inside-the-job.md; ref §8.5). A step that finds its Lease held ends the
+/// start: the leases taken before it are given back, and the object waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Take the object's run lease: always.
+    TakeRunLease,
+    /// A TerraformCluster's apply, destroy or restore takes its cluster
+    /// write lease.
+    TakeClusterWriteLease,
+    /// A machine or pool waits while its cluster's running Job holds the
+    /// cluster write lease (WaitingForClusterOperation).
+    WaitForClusterWriteLease,
+}
+
+/// The lease steps of a start: the run lease, then, with the gate on, for
+/// an apply, destroy or restore of an object that names a cluster, the
+/// cluster write lease (a cluster takes it; a machine or pool only checks
+/// it). refresh, drift and plan are not gated.
+pub fn gate(kind: Kind, op: Op, gate_on: bool, has_cluster: bool) -> Vec<Gate> {
+    let gated = gate_on && has_cluster && matches!(op, Op::Apply | Op::Destroy | Op::Restore);
+    match (gated, kind) {
+        (false, _) => vec![Gate::TakeRunLease],
+        (true, Kind::Cluster) => vec![Gate::TakeRunLease, Gate::TakeClusterWriteLease],
+        (true, Kind::Machine | Kind::MachinePool) => {
+            vec![Gate::TakeRunLease, Gate::WaitForClusterWriteLease]
+        }
     }
 }
 
@@ -302,6 +329,61 @@ mod tests {
 
     use super::*;
 
+    #[test]
+    fn the_gate_takes_the_run_lease_then_the_cluster_write_lease() {
+        use Gate::*;
+        let rows = [
+            (
+                Kind::Cluster,
+                Op::Apply,
+                true,
+                true,
+                vec![TakeRunLease, TakeClusterWriteLease],
+            ),
+            (
+                Kind::Cluster,
+                Op::Destroy,
+                true,
+                true,
+                vec![TakeRunLease, TakeClusterWriteLease],
+            ),
+            (
+                Kind::Cluster,
+                Op::Restore,
+                true,
+                true,
+                vec![TakeRunLease, TakeClusterWriteLease],
+            ),
+            (
+                Kind::Machine,
+                Op::Apply,
+                true,
+                true,
+                vec![TakeRunLease, WaitForClusterWriteLease],
+            ),
+            (
+                Kind::MachinePool,
+                Op::Destroy,
+                true,
+                true,
+                vec![TakeRunLease, WaitForClusterWriteLease],
+            ),
+            // Not gated: the flag off, no cluster, or an op the gate does not cover.
+            (Kind::Cluster, Op::Apply, false, true, vec![TakeRunLease]),
+            (Kind::Machine, Op::Apply, true, false, vec![TakeRunLease]),
+            (Kind::Cluster, Op::Drift, true, true, vec![TakeRunLease]),
+            (Kind::Machine, Op::Refresh, true, true, vec![TakeRunLease]),
+            (Kind::Cluster, Op::Plan, true, true, vec![TakeRunLease]),
+        ];
+        for (kind, op, on, cluster, want) in rows {
+            assert_eq!(
+                gate(kind, op, on, cluster),
+                want,
+                "{kind:?} {op:?} {on} {cluster}"
+            );
+        }
+    }
+
     const MIN: Duration = Duration::from_secs(60);
 
     fn at(s: &str) -> Timestamp {
@@ -419,7 +501,7 @@ mod tests {
             .annotations
             .as_mut()
             .unwrap()
-            .insert(LEASE_ACQUIRED_AT_ANNOTATION.into(), "yesterday".into());
+            .insert(LEASE_ACQUIRED_AT.into(), "yesterday".into());
         lease.spec.as_mut().unwrap().acquire_time = Some(MicroTime(
             now.checked_sub(SignedDuration::from_secs(120)).unwrap(),
         ));

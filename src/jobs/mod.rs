@@ -17,27 +17,8 @@ pub mod variables;
 
 use std::collections::BTreeMap;
 
+use crate::keys::{CLUSTER_NAME_LABEL, MANAGED_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL};
 use crate::names::{self, Kind};
-
-/// On everything CAPTF creates and owns (ref §2.2).
-pub const MANAGED_LABEL: &str = "captf.io/managed";
-/// The owner's kind, e.g. `TerraformMachine`.
-pub const OWNER_KIND_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-kind";
-/// The owner's name, or its hash when it does not fit a label value.
-pub const OWNER_NAME_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-name";
-/// The Cluster API cluster, or its hash when it does not fit a label value.
-pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-/// The operation of a Job and its pod.
-pub const OP_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/op";
-/// The attempt of a Job and its pod.
-pub const ATTEMPT_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/attempt";
-/// `run` or `cluster` on CAPTF's own Leases, which tells them from the
-/// backend's lock Lease.
-pub const LEASE_LABEL: &str = "captf.io/lease";
-/// A user's opt-in of a ServiceAccount as a runner override.
-pub const RUNNER_LABEL: &str = "captf.io/runner";
-/// Makes clusterctl move carry state Secrets (backend labels, ref §6.3).
-pub const MOVE_LABEL: &str = "clusterctl.cluster.x-k8s.io/move";
 
 /// `captf.io/managed=true`, the owner labels and, when the object belongs
 /// to a cluster, the cluster-name label.

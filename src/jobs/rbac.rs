@@ -13,8 +13,9 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use super::{MANAGED_LABEL, RUNNER_LABEL, lost_race};
+use super::lost_race;
 use crate::error::{Categorized, Category, kube_category};
+use crate::keys::{MANAGED_LABEL, RUNNER_LABEL};
 use crate::names::RUNNER_RBAC;
 
 /// How many times a RoleBinding write that lost a race is retried. Every

@@ -20,11 +20,9 @@ use serde_json::Value;
 
 use crate::api::{Variables, VariablesFormat, VariablesSource};
 use crate::error::{Categorized, Category};
-use crate::role::Role;
+use crate::keys::VARIABLES_LABEL;
+use crate::names::Kind;
 use crate::webhooks::rules::variable_key_rule;
-
-/// The opt-in label every source must carry.
-pub const SOURCE_LABEL: &str = "captf.io/variables";
 
 /// A ConfigMap or a Secret.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,7 +55,7 @@ pub fn reference(source: &VariablesSource) -> Option<(SourceKind, &str)> {
 pub struct Fetched<'a> {
     pub source: &'a VariablesSource,
     /// The object's data (a ConfigMap's `data` and `binaryData`), or None
-    /// when it is missing or does not carry [`SOURCE_LABEL`]`=true`.
+    /// when it is missing or does not carry [`VARIABLES_LABEL`]`=true`.
     pub data: Option<BTreeMap<String, Vec<u8>>>,
 }
 
@@ -71,7 +69,7 @@ pub struct Merged {
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum VariablesError {
-    #[error("{kind} {name} of spec.variablesFrom is missing or not labeled {SOURCE_LABEL}=true")]
+    #[error("{kind} {name} of spec.variablesFrom is missing or not labeled {VARIABLES_LABEL}=true")]
     SourceNotFound { kind: SourceKind, name: String },
     #[error("spec.variablesFrom[{index}]: exactly one of configMapRef and secretRef must be set")]
     NoReference { index: usize },
@@ -116,7 +114,7 @@ impl Categorized for VariablesError {
 pub fn merge(
     fetched: &[Fetched],
     inline: Option<&Variables>,
-    role: Role,
+    role: Kind,
 ) -> Result<Merged, VariablesError> {
     // Each key's value and whether it came from a Secret.
     let mut merged: BTreeMap<String, (Value, bool)> = BTreeMap::new();
@@ -228,7 +226,7 @@ mod tests {
             },
         ];
         let inline = vars(json!({"pass": "inline", "extra": true}));
-        let got = merge(&fetched, Some(&inline), Role::Machine).unwrap();
+        let got = merge(&fetched, Some(&inline), Kind::Machine).unwrap();
         assert_eq!(
             got.variables,
             vars(json!({
@@ -255,7 +253,7 @@ mod tests {
                 data: None,
             }],
             None,
-            Role::Cluster,
+            Kind::Cluster,
         )
         .unwrap();
         assert_eq!(got, Merged::default());
@@ -265,7 +263,7 @@ mod tests {
                 data: None,
             }],
             None,
-            Role::Cluster,
+            Kind::Cluster,
         )
         .unwrap_err();
         assert_eq!(err.reason(), "VariablesSourceNotFound");
@@ -317,7 +315,7 @@ mod tests {
                 source,
                 data: Some([(key.to_string(), value.to_vec())].into()),
             }];
-            let err = merge(&fetched, None, Role::Machine).unwrap_err();
+            let err = merge(&fetched, None, Kind::Machine).unwrap_err();
             assert_eq!(err.reason(), "VariablesInvalid", "{key}");
             let text = err.to_string();
             assert!(text.starts_with(message), "{text}");

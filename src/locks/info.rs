@@ -7,9 +7,6 @@ use std::fmt;
 use k8s_openapi::jiff::Timestamp;
 use serde::Deserialize;
 
-/// The annotation of the state lock Lease that holds the lock info.
-pub const LOCK_INFO_ANNOTATION: &str = "app.terraform.io/lock-info";
-
 /// How much of the free-form `Info` field may reach a log line: anyone who
 /// can write the Lease chooses its text and its length.
 const INFO_LOG_MAX: usize = 200;

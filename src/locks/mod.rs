@@ -10,13 +10,14 @@
 
 mod info;
 
-pub use info::{Created, LOCK_INFO_ANNOTATION, LockInfo};
+pub use info::{Created, LockInfo};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 
 use crate::error::{Categorized, Category, kube_category};
+use crate::keys::LOCK_INFO;
 use crate::names::{self, Kind};
 use info::clip;
 
@@ -164,7 +165,7 @@ pub fn assess(kind: Kind, name: &str, lease: Option<&Lease>) -> Assessment {
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(LOCK_INFO_ANNOTATION))
+        .and_then(|a| a.get(LOCK_INFO))
         .and_then(|json| LockInfo::parse(json).ok());
     let Some(info) = parsed else {
         return Assessment::Settled(Verdict::Unparsable {

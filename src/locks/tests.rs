@@ -18,8 +18,7 @@ fn lease(holder: Option<&str>, lock_info: Option<&str>) -> Lease {
     Lease {
         metadata: ObjectMeta {
             name: Some(LEASE.into()),
-            annotations: lock_info
-                .map(|i| [(LOCK_INFO_ANNOTATION.to_owned(), i.to_owned())].into()),
+            annotations: lock_info.map(|i| [(LOCK_INFO.to_owned(), i.to_owned())].into()),
             ..Default::default()
         },
         spec: Some(LeaseSpec {

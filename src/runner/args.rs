@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::api::Operation;
+use crate::names::Op;
 use crate::server::flags::GoDuration;
 
 /// `captf-runner run`.
@@ -14,7 +14,7 @@ use crate::server::flags::GoDuration;
 pub struct RunArgs {
     /// The operation: apply, destroy, refresh, drift, restore or plan.
     #[arg(long, value_parser = parse_operation)]
-    pub op: Operation,
+    pub op: Op,
 
     /// The Terraform or OpenTofu binary.
     #[arg(long, default_value = "/captf/runtime")]
@@ -111,7 +111,7 @@ impl RunArgs {
 
     /// Combinations clap cannot check: a restore needs its backup.
     pub fn check(&self) -> Result<(), String> {
-        if self.op == Operation::Restore && self.restore_chunks == 0 {
+        if self.op == Op::Restore && self.restore_chunks == 0 {
             return Err("--op=restore needs --restore-chunks of at least 1".into());
         }
         Ok(())
@@ -123,30 +123,10 @@ fn under(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap_or(path))
 }
 
-fn parse_operation(s: &str) -> Result<Operation, String> {
-    match s {
-        "apply" => Ok(Operation::Apply),
-        "destroy" => Ok(Operation::Destroy),
-        "refresh" => Ok(Operation::Refresh),
-        "drift" => Ok(Operation::Drift),
-        "restore" => Ok(Operation::Restore),
-        "plan" => Ok(Operation::Plan),
-        _ => Err(format!(
-            "{s:?} is not an operation (apply, destroy, refresh, drift, restore or plan)"
-        )),
-    }
-}
-
-/// The operation as the runner's flags and result spell it.
-pub fn operation_name(op: Operation) -> &'static str {
-    match op {
-        Operation::Apply => "apply",
-        Operation::Destroy => "destroy",
-        Operation::Refresh => "refresh",
-        Operation::Drift => "drift",
-        Operation::Restore => "restore",
-        Operation::Plan => "plan",
-    }
+fn parse_operation(s: &str) -> Result<Op, String> {
+    Op::parse(s).ok_or_else(|| {
+        format!("{s:?} is not an operation (apply, destroy, refresh, drift, restore or plan)")
+    })
 }
 
 /// The whole seconds of a lock timeout, rounded up so that a sub-second
@@ -185,7 +165,7 @@ mod tests {
             "--force-unlock=1234",
         ])
         .unwrap();
-        assert_eq!(args.op, Operation::Apply);
+        assert_eq!(args.op, Op::Apply);
         assert_eq!(args.lock_timeout.0, Duration::from_secs(300));
         assert_eq!(args.stop_timeout.0, Duration::from_secs(570));
         assert_eq!(args.backend_config.len(), 4);
@@ -284,7 +264,8 @@ mod tests {
     #[test]
     fn operation_names_round_trip() {
         for name in ["apply", "destroy", "refresh", "drift", "restore", "plan"] {
-            assert_eq!(operation_name(parse_operation(name).unwrap()), name);
+            assert_eq!(parse_operation(name).unwrap().as_str(), name);
         }
+        assert!(parse_operation("Apply").is_err());
     }
 }

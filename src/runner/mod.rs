@@ -23,8 +23,9 @@ use std::sync::Arc;
 
 pub use args::RunArgs;
 
-use crate::api::{Operation, RunError, RunErrorKind};
-use args::{Paths, operation_name, whole_seconds};
+use crate::api::{RunError, RunErrorKind};
+use crate::names::Op;
+use args::{Paths, whole_seconds};
 use exec::{Finished, Invocation, Signals, Stopped};
 use redact::Redactor;
 use result::{RunResult, StepRecord};
@@ -87,7 +88,7 @@ pub async fn run(args: &RunArgs) -> u8 {
             summary: Some(log.redact(&format!("the runner cannot catch signals: {e}"))),
         }),
     };
-    let op = operation_name(args.op);
+    let op = args.op.as_str();
     match &outcome {
         Ok(()) => log.say(&format!("{op} succeeded")),
         Err(e) => log.say(&format!(
@@ -188,7 +189,7 @@ impl Runner<'_> {
         }
         let plan_file = paths.workdir.join("plan.out");
         let restore_file = paths.workdir.join("restore.tfstate");
-        if args.op == Operation::Restore {
+        if args.op == Op::Restore {
             layout::write_restore_file(&paths.config, args.restore_chunks, &restore_file)
                 .map_err(|e| self.step_error(StepName::StatePush, &e.to_string()))?;
         }

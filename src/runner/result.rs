@@ -4,7 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::api::{Operation, RunError};
+use crate::api::RunError;
+use crate::names::Op;
 
 use super::summary::bounded;
 
@@ -14,7 +15,7 @@ pub const RESULT_MAX: usize = 4096;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunResult {
-    pub operation: Operation,
+    pub operation: Op,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -97,7 +98,7 @@ mod tests {
 
     fn doc(steps: Vec<StepRecord>, summary: Option<String>) -> RunResult {
         RunResult {
-            operation: Operation::Apply,
+            operation: Op::Apply,
             job: Some("captf-m-web-0-apply-a1-abcdef".into()),
             image: Some("registry.example/roles/machine:1.0".into()),
             runtime_version: Some("1.12.6".into()),

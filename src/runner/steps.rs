@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::api::Operation;
+use crate::names::Op;
 
 /// The variables file the rendered root comes with.
 pub const VAR_FILE_ARG: &str = "-var-file=terraform.tfvars.json";
@@ -66,7 +66,7 @@ pub struct Step {
 /// What the steps of a run depend on.
 #[derive(Clone, Debug)]
 pub struct StepInputs<'a> {
-    pub op: Operation,
+    pub op: Op,
     pub lock_timeout_seconds: u64,
     pub backend_config: &'a [String],
     pub force_unlock: Option<&'a str>,
@@ -129,23 +129,23 @@ pub fn steps(inputs: &StepInputs<'_>) -> Vec<Step> {
     };
     let out_arg = format!("-out={plan_file}");
     match inputs.op {
-        Operation::Apply => {
+        Op::Apply => {
             let mut apply = command("apply");
             apply.extend(strings(&["-auto-approve", VAR_FILE_ARG]));
             out.extend([validate(), step(StepName::Apply, apply)]);
         }
-        Operation::Plan => {
+        Op::Plan => {
             let mut plan = command("plan");
             plan.extend(strings(&[VAR_FILE_ARG, &out_arg]));
             out.extend([validate(), step(StepName::Plan, plan), show()]);
         }
-        Operation::Destroy => {
+        Op::Destroy => {
             let mut destroy = command("destroy");
             destroy.extend(strings(&["-auto-approve", VAR_FILE_ARG]));
             out.push(step(StepName::Destroy, destroy));
         }
-        Operation::Refresh => out.push(refresh_only()),
-        Operation::Drift => {
+        Op::Refresh => out.push(refresh_only()),
+        Op::Drift => {
             let mut plan = command("plan");
             plan.extend(strings(&[
                 "-refresh=false",
@@ -159,7 +159,7 @@ pub fn steps(inputs: &StepInputs<'_>) -> Vec<Step> {
             };
             out.extend([refresh_only(), plan, show()]);
         }
-        Operation::Restore => {
+        Op::Restore => {
             let file = inputs.restore_file.display().to_string();
             let push = strings(&["state", "push", "-force", &lock, &file]);
             out.extend([
@@ -267,7 +267,7 @@ mod tests {
         "in_cluster_config=true",
     ];
 
-    fn plan(op: Operation, force_unlock: Option<&str>) -> Vec<Step> {
+    fn plan(op: Op, force_unlock: Option<&str>) -> Vec<Step> {
         let backend: Vec<String> = BACKEND.iter().map(|s| s.to_string()).collect();
         steps(&StepInputs {
             op,
@@ -298,7 +298,7 @@ mod tests {
     fn steps_by_operation() {
         for (op, want) in [
             (
-                Operation::Apply,
+                Op::Apply,
                 vec![
                     INIT,
                     VALIDATE,
@@ -307,7 +307,7 @@ mod tests {
                 ],
             ),
             (
-                Operation::Plan,
+                Op::Plan,
                 vec![
                     INIT,
                     VALIDATE,
@@ -317,16 +317,16 @@ mod tests {
                 ],
             ),
             (
-                Operation::Destroy,
+                Op::Destroy,
                 vec![
                     INIT,
                     "destroy: destroy -input=false -no-color -lock-timeout=300s -auto-approve \
                      -var-file=terraform.tfvars.json",
                 ],
             ),
-            (Operation::Refresh, vec![INIT, REFRESH]),
+            (Op::Refresh, vec![INIT, REFRESH]),
             (
-                Operation::Drift,
+                Op::Drift,
                 vec![
                     INIT,
                     REFRESH,
@@ -336,7 +336,7 @@ mod tests {
                 ],
             ),
             (
-                Operation::Restore,
+                Op::Restore,
                 vec![
                     INIT,
                     "state-push: state push -force -lock-timeout=300s /captf/work/restore.tfstate",
@@ -350,7 +350,7 @@ mod tests {
 
     #[test]
     fn force_unlock_follows_init() {
-        let got = lines(&plan(Operation::Destroy, Some("6b1d4cde-lock")));
+        let got = lines(&plan(Op::Destroy, Some("6b1d4cde-lock")));
         assert_eq!(got[0], INIT);
         assert_eq!(got[1], "force-unlock: force-unlock -force 6b1d4cde-lock");
         assert!(got[2].starts_with("destroy: "));
@@ -359,12 +359,12 @@ mod tests {
     #[test]
     fn lock_timeout_on_exactly_the_state_touching_steps() {
         for op in [
-            Operation::Apply,
-            Operation::Plan,
-            Operation::Destroy,
-            Operation::Refresh,
-            Operation::Drift,
-            Operation::Restore,
+            Op::Apply,
+            Op::Plan,
+            Op::Destroy,
+            Op::Refresh,
+            Op::Drift,
+            Op::Restore,
         ] {
             for step in plan(op, Some("id")) {
                 let has = step.args.iter().any(|a| a.starts_with("-lock-timeout="));
@@ -384,7 +384,7 @@ mod tests {
 
     #[test]
     fn show_output_is_never_logged() {
-        for op in [Operation::Plan, Operation::Drift] {
+        for op in [Op::Plan, Op::Drift] {
             let show = plan(op, None)
                 .into_iter()
                 .find(|s| s.name == StepName::Show)
@@ -421,7 +421,7 @@ mod tests {
 
     #[test]
     fn verdicts() {
-        use Operation::*;
+        use Op::*;
         use StepName as S;
         // As OpenTofu 1.12 prints them with the kubernetes backend (colored:
         // force-unlock takes no -no-color).

@@ -5,7 +5,7 @@
 use k8s_openapi::api::core::v1::{EnvVar, SecurityContext};
 use serde_json::Value;
 
-use crate::role::Role;
+use crate::names::Kind;
 
 /// Built-in defaults of a jobs policy that the rules compare against.
 pub const DEFAULT_LOCK_TIMEOUT_SECONDS: i64 = 300;
@@ -222,7 +222,7 @@ pub fn restore_state(
 /// Rule 3 for `spec.variables`: a JSON object of at most 256 keys, each an
 /// identifier that is neither `captf_*`, a contract input of the role, nor a
 /// Terraform meta-argument. Values are never echoed.
-pub fn variables(path: &str, variables: &Value, role: Role) -> Vec<Violation> {
+pub fn variables(path: &str, variables: &Value, role: Kind) -> Vec<Violation> {
     let Some(object) = variables.as_object() else {
         return vec![Violation::invalid(path, "must be a JSON object", None)];
     };
@@ -247,7 +247,7 @@ pub fn variables(path: &str, variables: &Value, role: Role) -> Vec<Violation> {
 }
 
 /// Why `key` cannot be a user variable of `role`, if it cannot.
-pub fn variable_key_rule(key: &str, role: Role) -> Option<&'static str> {
+pub fn variable_key_rule(key: &str, role: Kind) -> Option<&'static str> {
     let mut chars = key.chars();
     let identifier = chars
         .next()
@@ -421,24 +421,24 @@ mod tests {
     #[test]
     fn variable_keys() {
         let table = [
-            ("region", Role::Machine, None),
-            ("_x", Role::Machine, None),
-            ("a-b_c9", Role::Machine, None),
-            ("9lives", Role::Machine, Some("must match")),
-            ("a.b", Role::Machine, Some("must match")),
-            ("", Role::Machine, Some("must match")),
-            ("captf_anything", Role::Cluster, Some("captf_")),
-            ("bootstrap_data", Role::Machine, Some("contract input")),
-            ("bootstrap_data", Role::Cluster, None),
-            ("replicas", Role::MachinePool, Some("contract input")),
-            ("replicas", Role::Machine, None),
+            ("region", Kind::Machine, None),
+            ("_x", Kind::Machine, None),
+            ("a-b_c9", Kind::Machine, None),
+            ("9lives", Kind::Machine, Some("must match")),
+            ("a.b", Kind::Machine, Some("must match")),
+            ("", Kind::Machine, Some("must match")),
+            ("captf_anything", Kind::Cluster, Some("captf_")),
+            ("bootstrap_data", Kind::Machine, Some("contract input")),
+            ("bootstrap_data", Kind::Cluster, None),
+            ("replicas", Kind::MachinePool, Some("contract input")),
+            ("replicas", Kind::Machine, None),
             (
                 "control_plane_endpoint",
-                Role::Cluster,
+                Kind::Cluster,
                 Some("contract input"),
             ),
-            ("count", Role::Cluster, Some("meta-argument")),
-            ("lifecycle", Role::MachinePool, Some("meta-argument")),
+            ("count", Kind::Cluster, Some("meta-argument")),
+            ("lifecycle", Kind::MachinePool, Some("meta-argument")),
         ];
         for (key, role, want) in table {
             let got = variable_key_rule(key, role);
@@ -454,20 +454,20 @@ mod tests {
     #[test]
     fn variables_object_rules_never_echo_values() {
         let ok = serde_json::json!({"region": "eu", "size": 3});
-        assert!(variables("spec.variables", &ok, Role::Machine).is_empty());
+        assert!(variables("spec.variables", &ok, Kind::Machine).is_empty());
         let not_object = serde_json::json!(["a"]);
         assert_eq!(
-            variables("spec.variables", &not_object, Role::Machine).len(),
+            variables("spec.variables", &not_object, Kind::Machine).len(),
             1
         );
         let secretish = serde_json::json!({"count": "hunter2"});
-        let v = variables("spec.variables", &secretish, Role::Machine);
+        let v = variables("spec.variables", &secretish, Kind::Machine);
         assert_eq!(v.len(), 1);
         assert_eq!(v[0].path, "spec.variables.count");
         assert!(!v[0].message().contains("hunter2"));
         let many: serde_json::Map<String, Value> =
             (0..257).map(|i| (format!("v{i}"), Value::Null)).collect();
-        let v = variables("spec.variables", &Value::Object(many), Role::Cluster);
+        let v = variables("spec.variables", &Value::Object(many), Kind::Cluster);
         assert_eq!(
             v[0].message(),
             "spec.variables: must have at most 256 keys (got 257 keys)"

@@ -15,7 +15,7 @@ use crate::api::{
     WorkspaceSpec,
 };
 use crate::image_ref::ImageRef;
-use crate::role::Role;
+use crate::names::Kind;
 
 /// The annotation that asks for a restore.
 pub const RESTORE_STATE: &str = "captf.io/restore-state";
@@ -110,7 +110,7 @@ fn cluster(
     review: &Review<'_>,
     v: &mut Verdict,
 ) {
-    workspace("spec", &new.spec.workspace, Role::Cluster, v);
+    workspace("spec", &new.spec.workspace, Kind::Cluster, v);
     if let Some(jobs) = new.spec.defaults.as_ref().and_then(|d| d.jobs.as_ref()) {
         job_policy("spec.defaults.jobs", jobs, v);
     }
@@ -167,7 +167,7 @@ fn machine(
     review: &Review<'_>,
     v: &mut Verdict,
 ) {
-    workspace("spec", &new.spec.workspace, Role::Machine, v);
+    workspace("spec", &new.spec.workspace, Kind::Machine, v);
     if let Some(old) = old {
         let (n, o) = (&new.spec.workspace, &old.spec.workspace);
         const RULE: &str =
@@ -217,7 +217,7 @@ fn machine_pool(
     review: &Review<'_>,
     v: &mut Verdict,
 ) {
-    workspace("spec", &new.spec.workspace, Role::MachinePool, v);
+    workspace("spec", &new.spec.workspace, Kind::MachinePool, v);
     restore_state(
         new.metadata.annotations.as_ref(),
         old.map(|o| {
@@ -257,7 +257,7 @@ fn cluster_template(
     v: &mut Verdict,
 ) {
     let spec = &new.spec.template.spec;
-    workspace(TEMPLATE_SPEC, &spec.workspace, Role::Cluster, v);
+    workspace(TEMPLATE_SPEC, &spec.workspace, Kind::Cluster, v);
     if let Some(jobs) = spec.defaults.as_ref().and_then(|d| d.jobs.as_ref()) {
         job_policy("spec.template.spec.defaults.jobs", jobs, v);
     }
@@ -271,7 +271,7 @@ fn machine_template(
     v: &mut Verdict,
 ) {
     let spec = &new.spec.template.spec;
-    workspace(TEMPLATE_SPEC, &spec.workspace, Role::Machine, v);
+    workspace(TEMPLATE_SPEC, &spec.workspace, Kind::Machine, v);
     template_immutable(old.map(|o| &o.spec.template.spec), spec, review, v);
 }
 
@@ -282,7 +282,7 @@ fn machine_pool_template(
     v: &mut Verdict,
 ) {
     let spec = &new.spec.template.spec;
-    workspace(TEMPLATE_SPEC, &spec.workspace, Role::MachinePool, v);
+    workspace(TEMPLATE_SPEC, &spec.workspace, Kind::MachinePool, v);
     template_immutable(old.map(|o| &o.spec.template.spec), spec, review, v);
 }
 
@@ -302,7 +302,7 @@ fn identity(
 }
 
 /// The rules for the fields every workload kind shares, under `path`.
-fn workspace(path: &str, spec: &WorkspaceSpec, role: Role, v: &mut Verdict) {
+fn workspace(path: &str, spec: &WorkspaceSpec, role: Kind, v: &mut Verdict) {
     if let Err(e) = ImageRef::parse(&spec.source.image) {
         v.refuse(Some(Violation::invalid(
             format!("{path}.source.image"),

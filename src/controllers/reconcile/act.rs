@@ -1,0 +1,431 @@
+//! Carrying out a plan: the writes in order, stopping at the first failure
+//! (a failed backup copy excepted: the book retries it on the next pass);
+//! then the events, the one status write, the condition events, the
+//! bookkept marks and the counters. Nothing here decides: a write's own
+//! outcome only fills in what the plan left to it (the Job that exists,
+//! the serial that is backed up, the lease that is held).
+
+use std::time::Duration;
+
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{PatchOperation, RemoveOperation, TestOperation};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::Action;
+use kube::runtime::events::Event;
+use serde_json::json;
+use tracing::{debug, info, warn};
+
+use super::launch;
+use super::plan::{Count, Note, Plan, Requeue, Write};
+use super::{Object, finish};
+use crate::controllers::conditions::{CREDENTIALS_MIRRORED, Cond, Status};
+use crate::controllers::credentials;
+use crate::controllers::deletion::Why;
+use crate::controllers::sweep;
+use crate::controllers::workload::Workload;
+use crate::controllers::{Context, Error, MANAGER};
+use crate::jobs::durable;
+use crate::jobs::leases;
+use crate::keys::{BOOKKEPT, INPUTS_HASH, RESTORE_STATE, finalizer};
+use crate::metrics::BackupResult;
+use crate::names::{self, Kind};
+
+/// How the writes go on after one of them.
+pub enum Flow {
+    Continue,
+    /// A wait (a held lease, refused RBAC): the rest of the writes wait
+    /// too, and the object is looked at again after this long (or the
+    /// sync period).
+    Wait(Option<Duration>),
+    /// The finalizer is gone, and with it the object: no status to write.
+    Released,
+}
+
+/// Records an event; one that cannot be recorded never fails the pass.
+pub async fn record<K: Workload>(ctx: &Context, obj: &K, note: &Note) {
+    let event = Event {
+        type_: note.type_,
+        reason: note.reason.into(),
+        note: Some(note.note.clone()),
+        action: note.reason.into(),
+        secondary: note.related.clone(),
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+        debug!("recording event {}: {e}", note.reason);
+    }
+}
+
+pub async fn act<K: Workload>(
+    ctx: &Context,
+    obj: &K,
+    o: &Object,
+    mut plan: Plan,
+    deleting: bool,
+) -> Result<Action, Error> {
+    let mut failure = None;
+    let mut backup_failed = false;
+    for write in std::mem::take(&mut plan.writes) {
+        if backup_failed && matches!(write, Write::PruneBackups { .. }) {
+            // Pruned against a set that was not written: next pass.
+            continue;
+        }
+        let outcome = match write {
+            Write::TakeBackup { set, observed } => {
+                backup(ctx, obj, o, &mut plan, set, observed, &mut backup_failed).await;
+                Ok(Flow::Continue)
+            }
+            write => perform(ctx, obj, o, &mut plan, write).await,
+        };
+        match outcome {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Wait(recheck)) => {
+                if let Some(after) = recheck {
+                    plan.requeue = Requeue::After(after);
+                }
+                break;
+            }
+            Ok(Flow::Released) => return Ok(Action::await_change()),
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    for line in &plan.logs {
+        warn!(namespace = %o.namespace, name = %o.name, "{line}");
+    }
+    for note in &plan.notes {
+        record(ctx, obj, note).await;
+    }
+    if let Some(gauges) = plan.gauges {
+        ctx.metrics
+            .state_read(K::KIND, &o.namespace, &o.name, gauges);
+    }
+    let started = finish(&mut plan, deleting);
+    apply_status(ctx, obj, o, &plan).await?;
+    for t in &plan.draft.transitions {
+        if let Some(note) = super::condition_note(t) {
+            record(ctx, obj, &note).await;
+        }
+    }
+    if started {
+        record(
+            ctx,
+            obj,
+            &Note::normal(
+                "DeletionStarted",
+                "the object is being deleted: destroy, then cleanup",
+            ),
+        )
+        .await;
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    // Marked only once the status that accounts for them is written.
+    let jobs = Api::<Job>::namespaced(ctx.client.clone(), &o.namespace);
+    for (job, outcome) in &plan.bookkept {
+        let patch = json!({"metadata": {"annotations": {BOOKKEPT: outcome.as_str()}}});
+        jobs.patch(job, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(Error::Kube)?;
+    }
+    for count in &plan.counts {
+        match *count {
+            Count::JobFinished(op, result) => ctx.metrics.job_finished(K::KIND, op, result),
+            Count::StateReadError(reason) => ctx.metrics.state_read_error(K::KIND, reason),
+            Count::Backups(result, n) => ctx.metrics.state_backups(K::KIND, result, n),
+            Count::Restore(result) => ctx.metrics.state_restore(K::KIND, result),
+        }
+    }
+    Ok(match plan.requeue {
+        Requeue::After(after) => Action::requeue(after),
+        Requeue::OnChange => Action::await_change(),
+    })
+}
+
+/// A backup copy: its serial is observed only once it is written; a
+/// failed one leaves no partial set, is counted as skipped and is tried
+/// again next pass.
+async fn backup<K: Workload>(
+    ctx: &Context,
+    obj: &K,
+    o: &Object,
+    plan: &mut Plan,
+    set: crate::backups::BackupSet,
+    observed: i64,
+    failed: &mut bool,
+) {
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace);
+    match crate::backups::take(&secrets, &set).await {
+        Ok(()) => {
+            plan.counts.push(Count::Backups(BackupResult::Taken, 1));
+            plan.draft.status.observed_state_serial = Some(observed);
+            let name = names::backup_secret(&o.suffix, set.serial);
+            record(
+                ctx,
+                obj,
+                &Note::normal(
+                    "StateBackedUp",
+                    format!("state serial {} backed up to {name}", set.serial),
+                ),
+            )
+            .await;
+        }
+        Err(e) => {
+            warn!(namespace = %o.namespace, name = %o.name, "backing up state serial {} failed: {e}", set.serial);
+            plan.counts.push(Count::Backups(BackupResult::Skipped, 1));
+            if let Some(entries) = plan.draft.status.state_backups.as_mut() {
+                entries.retain(|b| u64::try_from(b.serial).ok() != Some(set.serial));
+            }
+            *failed = true;
+        }
+    }
+}
+
+async fn perform<K: Workload>(
+    ctx: &Context,
+    obj: &K,
+    o: &Object,
+    plan: &mut Plan,
+    write: Write,
+) -> Result<Flow, Error> {
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace);
+    let leases_api = Api::<Lease>::namespaced(ctx.client.clone(), &o.namespace);
+    match write {
+        Write::Mirror(w) => {
+            if let Err(why) = credentials::write(&ctx.client, &o.namespace, &w).await {
+                plan.draft.set(Cond::new(
+                    CREDENTIALS_MIRRORED,
+                    Status::False,
+                    "MirrorFailed",
+                    why.clone(),
+                ));
+                return Err(Error::Mirror(why));
+            }
+        }
+        Write::Adopt {
+            chunks,
+            inputs_hash,
+        } => {
+            for chunk in chunks {
+                let mut metadata = json!({
+                    "ownerReferences": chunk.owner_references,
+                    "resourceVersion": chunk.resource_version,
+                });
+                if chunk.base {
+                    metadata["annotations"] = json!({ INPUTS_HASH: inputs_hash });
+                }
+                secrets
+                    .patch(
+                        &chunk.name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({ "metadata": metadata })),
+                    )
+                    .await
+                    .map_err(Error::Kube)?;
+            }
+        }
+        Write::MarkApplied => durable::mark_applied(&secrets, K::KIND, &o.name)
+            .await
+            .map_err(Error::Kube)?,
+        Write::RemoveRestoreRequest { serial } => {
+            debug!(%serial, "the restore request is answered");
+            let patch = json!({"metadata": {
+                "annotations": {RESTORE_STATE: null},
+                "resourceVersion": obj.meta().resource_version,
+            }});
+            Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
+                .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::Kube)?;
+        }
+        Write::ReleaseLeases { job } => {
+            leases::release(&leases_api, &names::run_lease(&o.suffix), &job).await?;
+            if let (Kind::Cluster, Some(cluster)) = (K::KIND, obj.cluster_name()) {
+                let gate = names::cluster_write_lease(&o.namespace, cluster);
+                leases::release(&leases_api, &gate, &job).await?;
+            }
+        }
+        Write::DeleteRunSecret { job } => {
+            delete_if_present(&secrets, &names::run_secret(&job), None).await?
+        }
+        Write::TakeBackup { .. } => {}
+        Write::PruneBackups { serials } => {
+            crate::backups::delete_serials(&secrets, &o.suffix, &serials)
+                .await
+                .map_err(Error::Backup)?;
+            plan.counts
+                .push(Count::Backups(BackupResult::Pruned, serials.len() as u64));
+        }
+        Write::Start(start) => {
+            let launched = launch::launch(ctx, obj, o, &mut plan.draft, *start).await?;
+            return Ok(launch::flow(launched));
+        }
+        Write::DeleteSecrets(names) => {
+            for name in names {
+                delete_if_present(&secrets, &name, None).await?;
+            }
+        }
+        Write::DeleteDurable { uid } => {
+            let name = names::inputs_secret(K::KIND, &o.name);
+            delete_if_present(&secrets, &name, Some(uid)).await?;
+        }
+        Write::DeleteLeases(names) => {
+            for name in names {
+                delete_if_present(&leases_api, &name, None).await?;
+            }
+        }
+        Write::ReleaseMirrors => {
+            let removed = credentials::release(&ctx.client, &o.namespace, &o.uid)
+                .await
+                .map_err(Error::Kube)?;
+            for mirror in removed {
+                let note =
+                    format!("credentials mirror {mirror} deleted: this object was its last user");
+                record(ctx, obj, &Note::normal("MirrorRemoved", note)).await;
+            }
+        }
+        Write::RemoveFinalizer { why } => {
+            release_finalizer(ctx, obj, o, why).await?;
+            return Ok(Flow::Released);
+        }
+    }
+    Ok(Flow::Continue)
+}
+
+/// The last cleanup step: the finalizer, the object's series, and the
+/// namespace sweep.
+async fn release_finalizer<K: Workload>(
+    ctx: &Context,
+    obj: &K,
+    o: &Object,
+    why: Why,
+) -> Result<(), Error> {
+    let note = match why {
+        Why::Destroyed => Some(Note::normal(
+            "Destroyed",
+            "the destroy succeeded and cleanup ran",
+        )),
+        Why::Abandoned => Some(Note::warning(
+            "InfrastructureAbandoned",
+            format!(
+                "{} names this object: cleaned up without a destroy; its infrastructure is left as it is",
+                crate::keys::ABANDON
+            ),
+        )),
+        Why::NeverApplied => None,
+    };
+    if let Some(note) = note {
+        record(ctx, obj, &note).await;
+    }
+    remove_finalizer(ctx, obj, o).await?;
+    ctx.metrics.forget(K::KIND, &o.namespace, &o.name);
+    record(
+        ctx,
+        obj,
+        &Note::normal(
+            "FinalizerRemoved",
+            format!("finalizer {} removed", finalizer(K::KIND)),
+        ),
+    )
+    .await;
+    info!(namespace = %o.namespace, name = %o.name, "deleted ({})", match why {
+        Why::Destroyed => "destroyed",
+        Why::NeverApplied => "never applied",
+        Why::Abandoned => "abandoned",
+    });
+    // The namespace may be empty now; a failed sweep is retried by the
+    // periodic one.
+    if let Err(e) = sweep::sweep(&ctx.client, &o.namespace).await {
+        warn!(namespace = %o.namespace, "namespace sweep: {e}");
+    }
+    Ok(())
+}
+
+/// Deletes `name` if present; with `uid`, only that very object (a
+/// same-named one created since is not ours).
+async fn delete_if_present<R>(api: &Api<R>, name: &str, uid: Option<String>) -> Result<(), Error>
+where
+    R: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: uid.map(|uid| Preconditions {
+            uid: Some(uid),
+            resource_version: None,
+        }),
+        ..Default::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(e) => Err(Error::Kube(e)),
+    }
+}
+
+/// Adds the finalizer, guarded by the resourceVersion read.
+pub async fn add_finalizer<K: Workload>(ctx: &Context, obj: &K, o: &Object) -> Result<(), Error> {
+    let mut finalizers = obj.meta().finalizers.clone().unwrap_or_default();
+    finalizers.push(finalizer(K::KIND).to_string());
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.meta().resource_version}});
+    Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
+        .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::Kube)?;
+    Ok(())
+}
+
+/// Removes the finalizer at the index it was read at, tested first, so
+/// that a list changed meanwhile fails the write instead of removing
+/// another controller's entry.
+async fn remove_finalizer<K: Workload>(ctx: &Context, obj: &K, o: &Object) -> Result<(), Error> {
+    let ours = finalizer(K::KIND);
+    let Some(index) = obj.finalizers().iter().position(|f| f == ours) else {
+        return Ok(());
+    };
+    let index = index.to_string();
+    let path = || PointerBuf::from_tokens(["metadata", "finalizers", index.as_str()]);
+    let patch = json_patch::Patch(vec![
+        PatchOperation::Test(TestOperation {
+            path: path(),
+            value: json!(ours),
+        }),
+        PatchOperation::Remove(RemoveOperation { path: path() }),
+    ]);
+    match Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
+        .patch(&o.name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(Error::Kube(e)),
+    }
+}
+
+/// The whole computed status, applied server-side: what this pass no
+/// longer sets is removed.
+async fn apply_status<K: Workload>(
+    ctx: &Context,
+    _obj: &K,
+    o: &Object,
+    plan: &Plan,
+) -> Result<(), Error> {
+    let patch = json!({
+        "apiVersion": K::api_version(&()),
+        "kind": K::kind(&()),
+        "status": plan.draft.status,
+    });
+    Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
+        .patch_status(
+            &o.name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+        .map_err(Error::Kube)?;
+    Ok(())
+}

@@ -1,0 +1,268 @@
+//! The steps every pass without an active Job takes, live or deleting:
+//! credentials, the state and its lock, backups, the Job policy and the
+//! inputs rendered now. Pure: conditions go to the draft, writes, events
+//! and counters to the plan.
+
+use super::observe::Rest;
+use super::plan::{Count, Note, Plan, Write};
+use super::settle::Settled;
+use super::{Object, Pass};
+use crate::backups::{self, BackupDecision};
+use crate::controllers::assessment::{self, Assessment};
+use crate::controllers::conditions::{self, Cond, Status};
+use crate::controllers::credentials::{self, Credentials};
+use crate::controllers::decide::StateFact;
+use crate::controllers::workload::Workload;
+use crate::jobs::durable::{self, Recorded};
+use crate::jobs::inputs::{self, InputsError, InputsRequest, RenderedInputs};
+use crate::jobs::policy::{self, JobSettings};
+use crate::jobs::variables::{self, Fetched};
+use crate::keys::{CLONED_FROM_NAME, INPUTS_HASH};
+use crate::metrics::BackupResult;
+use crate::names;
+use crate::state::StateReadable;
+
+/// What the common steps found, for the live or deleting decision.
+pub struct Common {
+    pub credentials: Credentials,
+    pub assessment: Assessment,
+    pub durable: Option<Recorded>,
+    /// An apply succeeded once: the durable inputs say so, or a backup
+    /// exists.
+    pub ever_applied: bool,
+    pub settings: JobSettings,
+    pub rendered: Result<RenderedInputs, InputsError>,
+}
+
+pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
+    let Pass {
+        obj,
+        o,
+        rest,
+        settled,
+        settings,
+        deleting,
+        destroyed,
+        ..
+    } = *p;
+    let spec = obj.workspace();
+    let credentials = credentials::decide(&rest.credentials, &o.namespace, &o.owner);
+    plan.draft.set(credentials.allowed.clone());
+    plan.draft.set(credentials.mirrored.clone());
+    if let Some(w) = &credentials.write {
+        plan.writes.push(Write::Mirror(Box::new(w.clone())));
+    }
+
+    let durable = rest.durable.as_ref().and_then(durable::read);
+    let ever_applied =
+        settled.applied || durable.as_ref().is_some_and(|d| d.applied) || !rest.backups.is_empty();
+    let assessment = state(o, rest, settled, ever_applied, destroyed, plan);
+    backup(
+        obj,
+        o,
+        rest,
+        &assessment,
+        settings.state_backups,
+        deleting,
+        plan,
+    );
+
+    let job_settings = policy::resolve(
+        spec.jobs.as_ref(),
+        rest.cluster
+            .as_ref()
+            .and_then(|c| c.spec.defaults.as_ref())
+            .and_then(|d| d.jobs.as_ref()),
+    );
+    let rendered = render(obj, o, rest, plan);
+    Common {
+        credentials,
+        assessment,
+        durable,
+        ever_applied,
+        settings: job_settings,
+        rendered,
+    }
+}
+
+/// StateReadable, the gauges, the read-error counter and events.
+fn state(
+    o: &Object,
+    rest: &Rest,
+    settled: &Settled,
+    ever_applied: bool,
+    destroyed: bool,
+    plan: &mut Plan,
+) -> Assessment {
+    let snapshot = &rest.snapshot;
+    let base_hash = snapshot
+        .base(&o.suffix)
+        .and_then(|b| b.metadata.annotations.as_ref()?.get(INPUTS_HASH))
+        .map(String::as_str);
+    let state_secret = names::state_secret(&o.suffix);
+    let mut a = assessment::assess(&assessment::Inputs {
+        readable: &snapshot.readable,
+        inputs_hash: base_hash,
+        lock: &rest.lock,
+        ever_applied,
+        destroyed,
+        previous: plan.draft.status_of(conditions::STATE_READABLE),
+        observed_serial: plan.draft.status.observed_state_serial,
+        state_secret: &state_secret,
+    });
+    // The adoption this pass writes is what the state carries from now on.
+    if let (Some(hash), StateFact::Read { inputs_hash }) = (&settled.adopted, &mut a.fact) {
+        inputs_hash.clone_from(hash);
+    }
+    plan.draft.set(a.condition.clone());
+    plan.gauges = Some(a.gauges);
+    if let Some(due) = a.read_error {
+        plan.counts.push(Count::StateReadError(due.reason));
+        plan.notes
+            .push(Note::warning(due.event, a.condition.message.clone()));
+    }
+    if let Some(note) = &a.near_limit {
+        plan.notes.push(Note::warning(
+            crate::state::NEAR_SECRET_LIMIT_REASON,
+            note.clone(),
+        ));
+    }
+    a
+}
+
+/// Versioned backups (book: terraform-state.md "State backups"): a serial
+/// not observed before is copied verbatim into its backup set, older sets
+/// are pruned to `--state-backups`, and status lists the complete ones. A
+/// serial counts as observed only once its backup exists (or backups are
+/// off), so a failed copy is retried on the next pass. Never while
+/// deleting.
+fn backup<K: Workload>(
+    obj: &K,
+    o: &Object,
+    rest: &Rest,
+    a: &Assessment,
+    keep: u32,
+    deleting: bool,
+    plan: &mut Plan,
+) {
+    let readable = &rest.snapshot.readable;
+    let serial = match readable {
+        StateReadable::Read(st) => i64::try_from(st.serial).ok().filter(|s| *s >= 1),
+        _ => None,
+    };
+    let mut listed = rest.backups.clone();
+    let decision = backups::should_back_up(
+        readable,
+        plan.draft.status.observed_state_serial,
+        keep,
+        deleting,
+    );
+    match (decision, readable, serial) {
+        (BackupDecision::Take { serial: taken }, StateReadable::Read(st), Some(observed)) => {
+            let owner = backups::Owner {
+                reference: o.owner.clone(),
+                kind: K::KIND,
+                name: &o.name,
+                cluster_name: obj.cluster_name(),
+            };
+            let source_job = plan.draft.status.last_run.as_ref().map(|r| r.job.clone());
+            match backups::plan_backup(
+                &o.suffix,
+                st,
+                &rest.snapshot.secrets,
+                &owner,
+                source_job.as_deref(),
+                plan.draft.now(),
+            ) {
+                Ok(set) => {
+                    listed.extend(set.secrets.iter().cloned());
+                    plan.writes.push(Write::TakeBackup { set, observed });
+                }
+                Err(e) => {
+                    plan.logs
+                        .push(format!("backing up state serial {taken} failed: {e}"));
+                    plan.counts.push(Count::Backups(BackupResult::Skipped, 1));
+                }
+            }
+        }
+        (BackupDecision::Skip { reason }, _, _) => {
+            // Unchanged, or backups are off: the serial is observed. While
+            // deleting it is not: nothing was looked at for a backup.
+            if serial.is_some() && reason != "deleting" {
+                plan.draft.status.observed_state_serial = serial;
+            }
+            if a.entered_unreadable {
+                plan.logs
+                    .push(format!("the state is not backed up: it is {reason}"));
+                plan.counts.push(Count::Backups(BackupResult::Skipped, 1));
+            }
+        }
+        // should_back_up takes only a readable state with a serial.
+        (BackupDecision::Take { .. }, _, _) => {}
+    }
+    let mut infos = backups::list(&listed, &o.suffix);
+    if !deleting {
+        let pruned = backups::prune(&infos, keep);
+        if !pruned.is_empty() {
+            infos.retain(|i| !pruned.contains(&i.serial));
+            plan.writes.push(Write::PruneBackups { serials: pruned });
+        }
+    }
+    let entries = backups::status_entries(&infos);
+    plan.draft.status.state_backups = (!entries.is_empty()).then_some(entries);
+}
+
+/// DependenciesReady and the inputs rendered now, over the merged
+/// `variablesFrom` sources.
+fn render<K: Workload>(
+    obj: &K,
+    o: &Object,
+    rest: &Rest,
+    plan: &mut Plan,
+) -> Result<RenderedInputs, InputsError> {
+    let spec = obj.workspace();
+    let fetched: Vec<Fetched> = spec
+        .variables_from
+        .iter()
+        .flatten()
+        .zip(&rest.sources)
+        .map(|(source, data)| Fetched {
+            source,
+            data: data.clone(),
+        })
+        .collect();
+    match variables::merge(&fetched, spec.variables.as_ref(), K::KIND) {
+        Ok(merged) => {
+            plan.draft.set(Cond::new(
+                conditions::DEPENDENCIES_READY,
+                Status::True,
+                "DependenciesReady",
+                "",
+            ));
+            inputs::render(&InputsRequest {
+                kind: K::KIND,
+                namespace: &o.namespace,
+                name: &o.name,
+                cluster_name: obj.cluster_name(),
+                image: &spec.source.image,
+                template: obj
+                    .meta()
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(CLONED_FROM_NAME))
+                    .map(String::as_str),
+                variables: Some(&merged.variables),
+                sensitive: &merged.sensitive,
+            })
+        }
+        Err(e) => {
+            plan.draft.set(Cond::new(
+                conditions::DEPENDENCIES_READY,
+                Status::False,
+                e.reason(),
+                e.to_string(),
+            ));
+            Err(InputsError::Variables(e))
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The decision of a pass of an object being deleted, with no Job of it
+//! active (book: terraform-state.md "State on deletion"; ref §8.6): wait
+//! for dependents, hold, destroy, or clean up. Pure.
+
+use std::time::Duration;
+
+use kube::ResourceExt;
+
+use super::common::Common;
+use super::observe::Rest;
+use super::plan::{Note, Plan, Requeue, Write};
+use super::start;
+use super::{Object, Pass};
+use crate::controllers::conditions::{self, Cond, Status};
+use crate::controllers::decide::{JobReason, StateFact};
+use crate::controllers::deletion::{self, DestroyInputs, Step, Why};
+use crate::controllers::workload::Workload;
+use crate::keys::ABANDON;
+use crate::names::{self, Kind, Op};
+
+/// A held deletion re-checks this often (ref Appendix B).
+pub const HELD_RECHECK: Duration = Duration::from_secs(60);
+
+pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
+    let Pass {
+        obj,
+        o,
+        rest,
+        finished,
+        jobs,
+        settings,
+        ..
+    } = *p;
+    plan.requeue = Requeue::After(settings.sync_period);
+    if K::KIND == Kind::Cluster && rest.dependents == 0 {
+        plan.draft.set(Cond::new(
+            conditions::DELETION_BLOCKED,
+            Status::False,
+            "NotBlocked",
+            "no machine or pool of the cluster is left",
+        ));
+    }
+    let abandoned = obj.annotations().get(ABANDON).is_some_and(|v| *v == o.uid);
+    let facts = deletion::Facts {
+        kind: K::KIND,
+        dependents: rest.dependents,
+        abandoned,
+        state: match c.assessment.lost {
+            true => StateFact::NotFound,
+            false => c.assessment.fact.clone(),
+        },
+        ever_applied: c.ever_applied,
+        durable_inputs: c.durable.is_some(),
+        renders: c.rendered.is_ok(),
+        finished: finished.to_vec(),
+        failed_jobs_history_limit: c.settings.failed_jobs_history_limit,
+        now: plan.draft.now(),
+    };
+    let inputs = match deletion::next(&facts) {
+        Step::WaitForDependents(n) => {
+            let cluster = obj.cluster_name().unwrap_or_default();
+            plan.draft.set(Cond::new(
+                conditions::DELETION_BLOCKED,
+                Status::True,
+                "DependentsExist",
+                format!("{n} TerraformMachine or TerraformMachinePool objects of cluster {cluster} remain"),
+            ));
+            return;
+        }
+        Step::Cleanup(why) => {
+            cleanup::<K>(obj, o, rest, why, plan);
+            return;
+        }
+        Step::Hold(hold) => {
+            let reason = rest.snapshot.readable.reason();
+            let held = deletion::held(hold, &o.suffix, &o.uid, reason.as_str());
+            let held_before = obj
+                .workspace_status()
+                .and_then(|s| s.conditions.as_deref())
+                .is_some_and(|c| {
+                    c.iter()
+                        .any(|c| c.type_ == conditions::DELETING && c.reason == "DeletionHeld")
+                });
+            if !held_before {
+                plan.notes
+                    .push(Note::warning("DeletionHeld", held.message.clone()));
+            }
+            plan.deleting = Some(held);
+            plan.requeue = Requeue::After(HELD_RECHECK);
+            return;
+        }
+        Step::MissingInputs => {
+            let cond = deletion::missing_inputs(K::KIND, &o.name, &o.uid);
+            let message = cond.message.clone();
+            if plan.draft.set(cond) {
+                plan.notes.push(Note::warning("JobFailed", message));
+            }
+            return;
+        }
+        Step::Backoff { wait, failures } => {
+            plan.logs.push(format!(
+                "destroy due but backing off after {failures} failures"
+            ));
+            plan.requeue = Requeue::After(wait + Duration::from_secs(1));
+            return;
+        }
+        Step::Destroy(inputs) => inputs,
+    };
+    let (rendered, image) = match (inputs, &c.durable, &c.rendered) {
+        (DestroyInputs::Durable, Some(d), _) => (&d.inputs, d.image.clone()),
+        (DestroyInputs::Current, _, Ok(r)) => (r, None),
+        // next() chose Durable only with durable inputs, Current only when
+        // the spec renders.
+        _ => return,
+    };
+    let Some(identity) = c.credentials.identity.as_deref() else {
+        return;
+    };
+    let image = image.unwrap_or_else(|| obj.workspace().source.image.clone());
+    let start = start::build(
+        obj,
+        o,
+        settings,
+        &start::Request {
+            op: Op::Destroy,
+            rendered,
+            image: &image,
+            policy: &c.settings,
+            identity: Some(identity),
+            force_unlock: c.assessment.force_unlock.as_deref(),
+            reason: JobReason::Deleting,
+            restore: None,
+            jobs,
+        },
+    );
+    plan.writes.push(Write::Start(Box::new(start)));
+}
+
+/// Cleanup (ref §8.6), in order, each step idempotent so that a pass cut
+/// short anywhere is finished by the next: the state Secrets and the lock
+/// Lease; the durable inputs Secret; the run lease and a cluster's write
+/// lease; the object's share of the credentials mirror; the finalizer.
+/// Backups are left to the garbage collector, with the object.
+fn cleanup<K: Workload>(obj: &K, o: &Object, rest: &Rest, why: Why, plan: &mut Plan) {
+    let base = names::state_secret(&o.suffix);
+    let state: Vec<String> = rest
+        .snapshot
+        .secrets
+        .iter()
+        .map(|s| s.name_any())
+        .filter(|n| *n == base || names::state_chunk_index(&o.suffix, n).is_some())
+        .collect();
+    plan.writes.push(Write::DeleteSecrets(state));
+    plan.writes
+        .push(Write::DeleteLeases(vec![names::state_lock_lease(
+            &o.suffix,
+        )]));
+    if let Some(uid) = rest.durable.as_ref().and_then(|d| d.metadata.uid.clone()) {
+        plan.writes.push(Write::DeleteDurable { uid });
+    }
+    let mut leases = vec![names::run_lease(&o.suffix)];
+    if let (Kind::Cluster, Some(cluster)) = (K::KIND, obj.cluster_name()) {
+        leases.push(names::cluster_write_lease(&o.namespace, cluster));
+    }
+    plan.writes.push(Write::DeleteLeases(leases));
+    plan.writes.push(Write::ReleaseMirrors);
+    plan.writes.push(Write::RemoveFinalizer { why });
+    plan.requeue = Requeue::OnChange;
+}

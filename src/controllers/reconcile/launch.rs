@@ -1,0 +1,266 @@
+//! Starting a Job the decision built: the runner's RBAC, the lease steps
+//! (each a guarded write that reads only the Lease it takes), the apply's
+//! durable inputs, the Job and its per-run Secret. A lease held by another
+//! Job ends the start without an error: the object waits.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, PostParams};
+use tracing::info;
+
+use super::Object;
+use super::act::{Flow, record};
+use super::plan::{Draft, Note, Start};
+use crate::api::ActiveJob;
+use crate::controllers::conditions::{Cond, RUNNER_RBAC_READY, Status};
+use crate::controllers::workload::Workload;
+use crate::controllers::{Context, Error};
+use crate::jobs::builder;
+use crate::jobs::durable;
+use crate::jobs::leases::{self, Acquired, Gate, JobState, LeaseRequest};
+use crate::jobs::rbac;
+use crate::metrics::LeaseWait;
+use crate::names;
+
+/// Lease waits re-check this often (ref §8.4).
+pub const LEASE_RECHECK: Duration = Duration::from_secs(30);
+
+/// What a start came to.
+pub enum Launched {
+    Started,
+    /// A lease is held, or the RBAC refused: the draft says why.
+    Waiting {
+        recheck: Option<Duration>,
+    },
+}
+
+pub async fn launch<K: Workload>(
+    ctx: &Context,
+    obj: &K,
+    o: &Object,
+    draft: &mut Draft,
+    start: Start,
+) -> Result<Launched, Error> {
+    if !runner_rbac(ctx, o, draft, &start.service_account).await? {
+        return Ok(Launched::Waiting { recheck: None });
+    }
+    let job_name = start.job.metadata.name.clone().unwrap_or_default();
+    let leases_api = Api::<Lease>::namespaced(ctx.client.clone(), &o.namespace);
+    let jobs_api = Api::<Job>::namespaced(ctx.client.clone(), &o.namespace);
+    let request = LeaseRequest {
+        kind: K::KIND,
+        namespace: &o.namespace,
+        name: &o.name,
+        cluster_name: start.cluster_name.as_deref(),
+        op: start.op,
+        job: &job_name,
+        now: draft.now(),
+    };
+    let run_lease = names::run_lease(&o.suffix);
+    for step in &start.gate {
+        let waiting = match step {
+            Gate::TakeRunLease => match leases::acquire(
+                &leases_api,
+                &leases::run_lease(&request),
+                &jobs_api,
+                start.deadline,
+            )
+            .await?
+            {
+                Acquired::Taken => None,
+                Acquired::HeldBy(holder) => Some((
+                    "WaitingForRunLease",
+                    format!("Job {holder} holds the run lease {run_lease}"),
+                    LeaseWait::RunLease,
+                    None,
+                )),
+            },
+            Gate::TakeClusterWriteLease => {
+                let Some(lease) = leases::cluster_write_lease(&request) else {
+                    continue;
+                };
+                let gate = lease.metadata.name.clone().unwrap_or_default();
+                match leases::acquire(&leases_api, &lease, &jobs_api, start.deadline).await? {
+                    Acquired::Taken => None,
+                    Acquired::HeldBy(holder) => Some((
+                        "WaitingForRunLease",
+                        format!("Job {holder} holds the cluster write lease {gate}"),
+                        LeaseWait::RunLease,
+                        None,
+                    )),
+                }
+            }
+            Gate::WaitForClusterWriteLease => {
+                let Some(cluster) = start.cluster_name.as_deref() else {
+                    continue;
+                };
+                let gate = names::cluster_write_lease(&o.namespace, cluster);
+                match leases::holder(&leases_api, &gate).await? {
+                    // A Job that cannot be read counts as running: never go
+                    // ahead of the cluster on a guess.
+                    Some(holder)
+                        if !matches!(
+                            leases::HolderLookup::job_state(&jobs_api, &holder).await,
+                            Ok(JobState::Finished | JobState::Missing)
+                        ) =>
+                    {
+                        Some((
+                            "WaitingForClusterOperation",
+                            format!(
+                                "the cluster's Job {holder} holds the cluster write lease {gate}"
+                            ),
+                            LeaseWait::ClusterOperation,
+                            Some(format!("waiting for the cluster's Job {holder}")),
+                        ))
+                    }
+                    _ => None,
+                }
+            }
+        };
+        if let Some((reason, message, metric, note)) = waiting {
+            if *step != Gate::TakeRunLease {
+                leases::release(&leases_api, &run_lease, &job_name).await?;
+            }
+            let changed = draft.set(Cond::new(start.condition, Status::Unknown, reason, message));
+            // The cluster operation wait is counted and told once per wait;
+            // a run lease wait on every pass that meets it.
+            match note {
+                Some(note) if changed => {
+                    record(ctx, obj, &Note::normal("WaitingForClusterOperation", note)).await;
+                    ctx.metrics.lease_wait(K::KIND, metric);
+                }
+                Some(_) => {}
+                None => ctx.metrics.lease_wait(K::KIND, metric),
+            }
+            return Ok(Launched::Waiting {
+                recheck: Some(LEASE_RECHECK),
+            });
+        }
+    }
+
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace);
+    if let Some(record) = start.durable.clone()
+        && let Err(e) = durable::write(&secrets, record, &o.uid).await
+    {
+        release(ctx, o, &start, &job_name).await?;
+        return Err(Error::Durable(e));
+    }
+    let created = match jobs_api.create(&PostParams::default(), &start.job).await {
+        Ok(created) => created,
+        // Another pass created it first: that pass owns the start.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            return Ok(Launched::Waiting {
+                recheck: Some(LEASE_RECHECK),
+            });
+        }
+        Err(e) => {
+            release(ctx, o, &start, &job_name).await?;
+            return Err(Error::Kube(e));
+        }
+    };
+    let mut secret = start.run_secret;
+    if builder::own_run_secret(&mut secret, &created).is_err() {
+        return Err(Error::MissingMetadata("uid on the created Job"));
+    }
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(Error::Kube(e)),
+    }
+    info!(namespace = %o.namespace, name = %o.name, job = %job_name, "started {} Job: {}", start.op.as_str(), start.why);
+    for note in start.job_notes {
+        record(ctx, obj, &note.about(&created)).await;
+    }
+    for note in &start.notes {
+        record(ctx, obj, note).await;
+    }
+    if start.counts.force_unlock {
+        ctx.metrics.force_unlock(K::KIND);
+    }
+    ctx.metrics.op_decided(
+        K::KIND,
+        start.op,
+        start.counts.reason,
+        start.counts.inputs_changed,
+    );
+    let attempt = created
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(crate::keys::ATTEMPT_LABEL))
+        .and_then(|a| a.parse::<i32>().ok())
+        .unwrap_or(1);
+    draft.status.active_job = Some(ActiveJob {
+        name: job_name,
+        operation: start.op,
+        attempt,
+        start_time: Some(Time(draft.now())),
+    });
+    Ok(Launched::Started)
+}
+
+/// Gives back the leases a start took before it failed.
+async fn release(ctx: &Context, o: &Object, start: &Start, job: &str) -> Result<(), Error> {
+    let api = Api::<Lease>::namespaced(ctx.client.clone(), &o.namespace);
+    leases::release(&api, &names::run_lease(&o.suffix), job).await?;
+    if start.gate.contains(&Gate::TakeClusterWriteLease)
+        && let Some(cluster) = start.cluster_name.as_deref()
+    {
+        leases::release(
+            &api,
+            &names::cluster_write_lease(&o.namespace, cluster),
+            job,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The runner's ServiceAccount and RoleBinding; false when RBAC refuses
+/// (an override account not opted in, a RoleBinding that is not ours).
+async fn runner_rbac(
+    ctx: &Context,
+    o: &Object,
+    draft: &mut Draft,
+    account: &str,
+) -> Result<bool, Error> {
+    match rbac::ensure(&ctx.client, &o.namespace, account).await {
+        Ok(()) => {
+            draft.set(Cond::new(
+                RUNNER_RBAC_READY,
+                Status::True,
+                "RBACReady",
+                format!(
+                    "ServiceAccount {account} is bound to ClusterRole {}",
+                    names::RUNNER_RBAC
+                ),
+            ));
+            Ok(true)
+        }
+        Err(e) => {
+            draft.set(Cond::new(
+                RUNNER_RBAC_READY,
+                Status::False,
+                e.reason(),
+                e.to_string(),
+            ));
+            match e {
+                rbac::RbacError::NotOptedIn(_) | rbac::RbacError::ForeignRoleBinding { .. } => {
+                    Ok(false)
+                }
+                e => Err(e.into()),
+            }
+        }
+    }
+}
+
+pub(super) fn flow(launched: Launched) -> Flow {
+    match launched {
+        Launched::Started => Flow::Continue,
+        Launched::Waiting { recheck } => Flow::Wait(recheck),
+    }
+}

@@ -1,0 +1,160 @@
+//! The decision of a live pass without an active Job (ref §8.2): a
+//! requested restore first, then an apply when one is due, backing off
+//! after failures. Pure.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+
+use super::common::Common;
+use super::observe::Rest;
+use super::plan::{Plan, Requeue, Write};
+use super::settle::Settled;
+use super::start;
+use super::{Object, Pass};
+use crate::backups::restore::{self, Request};
+use crate::controllers::bookkeeping;
+use crate::controllers::conditions::{self, Cond, Status};
+use crate::controllers::decide::{self, Decision, Facts, JobReason};
+use crate::controllers::ledger;
+use crate::controllers::workload::Workload;
+use crate::jobs::inputs::InputsError;
+use crate::keys::{RESTORE_SERIAL, RESTORE_STATE};
+use crate::names::Op;
+
+/// The restore the object asks for, when it has to start now; the
+/// conditions say why one that cannot start waits.
+fn restore_due<K: Workload>(
+    obj: &K,
+    o: &Object,
+    rest: &Rest,
+    settled: &Settled,
+    jobs: &[Job],
+    plan: &mut Plan,
+) -> Result<Option<restore::Push>, ()> {
+    let raw = obj
+        .meta()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(RESTORE_STATE))
+        .map(String::as_str);
+    // A restore that succeeded in this pass has answered the request.
+    let Some(raw) = raw.filter(|r| settled.restored.as_deref() != Some(*r)) else {
+        return Ok(None);
+    };
+    let failed_before = jobs.iter().any(|j| {
+        ledger::op(j) == Some(Op::Restore)
+            && j.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(RESTORE_SERIAL))
+                .map(String::as_str)
+                == Some(raw)
+            && bookkeeping::job_end(j).is_some_and(|e| !e.succeeded)
+    });
+    match restore::request(raw, &o.suffix, &rest.backups, failed_before) {
+        Request::Push(push) => Ok(Some(push)),
+        Request::NotFound(why) => {
+            plan.draft.set(Cond::new(
+                conditions::RESTORE_JOB_SUCCEEDED,
+                Status::False,
+                "RestoreBackupNotFound",
+                why,
+            ));
+            Err(())
+        }
+        Request::FailedBefore => Err(()),
+    }
+}
+
+pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
+    let Pass {
+        obj,
+        o,
+        rest,
+        settled,
+        finished,
+        jobs,
+        settings,
+        ..
+    } = *p;
+    let idle = Requeue::After(settings.sync_period);
+    plan.requeue = idle;
+    let rendered = match &c.rendered {
+        Ok(r) => r,
+        // DependenciesReady says it.
+        Err(InputsError::Variables(_)) => return,
+        Err(e) => {
+            plan.draft.set(Cond::new(
+                conditions::APPLY_JOB_SUCCEEDED,
+                Status::False,
+                e.reason(),
+                e.to_string(),
+            ));
+            return;
+        }
+    };
+    let Ok(restore) = restore_due(obj, o, rest, settled, jobs, plan) else {
+        return;
+    };
+    let decision = decide::decide(&Facts {
+        state: c.assessment.fact.clone(),
+        inputs_hash: Some(rendered.inputs_hash.clone()),
+        mutable: K::MUTABLE,
+        finished: finished.to_vec(),
+        failed_jobs_history_limit: c.settings.failed_jobs_history_limit,
+        now: plan.draft.now(),
+        restore_requested: restore.is_some(),
+    });
+    let (op, reason) = match decision {
+        Decision::Idle => return,
+        Decision::Backoff {
+            wait,
+            failures,
+            reason,
+        } => {
+            plan.logs.push(format!(
+                "apply due ({}) but backing off after {failures} failures",
+                reason.as_str()
+            ));
+            plan.requeue = Requeue::After(wait + Duration::from_secs(1));
+            return;
+        }
+        Decision::Restore => (Op::Restore, JobReason::RestoreRequested),
+        Decision::Apply(reason) => (Op::Apply, reason),
+    };
+    let Some(identity) = c.credentials.identity.as_deref() else {
+        // IdentityAllowed or CredentialsMirrored says why.
+        return;
+    };
+    if plan
+        .draft
+        .status_of(conditions::APPLY_JOB_SUCCEEDED)
+        .is_none()
+    {
+        plan.draft.set(Cond::new(
+            conditions::APPLY_JOB_SUCCEEDED,
+            Status::Unknown,
+            "NoApplyYet",
+            "no apply has run yet",
+        ));
+    }
+    let image = obj.workspace().source.image.clone();
+    let start = start::build(
+        obj,
+        o,
+        settings,
+        &start::Request {
+            op,
+            rendered,
+            image: &image,
+            policy: &c.settings,
+            identity: Some(identity),
+            force_unlock: c.assessment.force_unlock.as_deref(),
+            reason,
+            restore: restore.as_ref(),
+            jobs,
+        },
+    );
+    plan.writes.push(Write::Start(Box::new(start)));
+}

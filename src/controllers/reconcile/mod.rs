@@ -1,0 +1,243 @@
+//! One reconcile pass of a workload object (ref §8.1, the steps this manager
+//! runs so far), in the shape of every pass:
+//!
+//! 1. lifecycle: the finalizer first (added, or the object released);
+//! 2. observe: every read of the pass, once, into one plain value
+//!    ([`observe`]);
+//! 3. decide, pure: settle the Jobs that finished ([`settle`]), then the
+//!    steps every pass takes ([`common`]) and the live ([`live`]) or
+//!    deleting ([`deleting`]) decision, into one [`plan::Plan`];
+//! 4. act: the plan's writes in order, then one status write ([`act`]).
+
+mod act;
+mod common;
+mod deleting;
+mod launch;
+mod live;
+mod observe;
+mod plan;
+mod settle;
+mod start;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use super::conditions::{self, Cond, Status, Transition};
+use super::decide::Finished;
+use super::deletion::{self, Lifecycle};
+use super::ledger;
+use super::workload::Workload;
+use super::{Context, Error, Settings};
+use crate::api::ActiveJob;
+use crate::names;
+use observe::Observed;
+use plan::{Draft, Note, Plan, Requeue};
+
+/// Everything a decision of a pass without an active Job looks at.
+pub struct Pass<'a, K> {
+    pub obj: &'a K,
+    pub o: &'a Object,
+    pub rest: &'a observe::Rest,
+    pub settled: &'a settle::Settled,
+    /// Finished Jobs, newest first, this pass's outcomes included.
+    pub finished: &'a [Finished],
+    pub jobs: &'a [k8s_openapi::api::batch::v1::Job],
+    pub settings: &'a Settings,
+    pub deleting: bool,
+    /// A destroy succeeded: a missing state is cleaned up, not lost.
+    pub destroyed: bool,
+}
+
+/// Who the pass is about.
+pub struct Object {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub suffix: String,
+    /// A non-controller owner reference to the object: on its backups, its
+    /// adopted state, its durable inputs and its share of the mirror.
+    pub owner: OwnerReference,
+}
+
+impl Object {
+    fn of<K: Workload>(obj: &K) -> Result<Object, Error> {
+        let meta = obj.meta();
+        let namespace = meta
+            .namespace
+            .clone()
+            .ok_or(Error::MissingMetadata("namespace"))?;
+        let name = meta.name.clone().ok_or(Error::MissingMetadata("name"))?;
+        let uid = meta.uid.clone().ok_or(Error::MissingMetadata("uid"))?;
+        Ok(Object {
+            suffix: names::suffix(&namespace, K::KIND, &name),
+            owner: OwnerReference {
+                api_version: K::api_version(&()).into_owned(),
+                kind: K::kind(&()).into_owned(),
+                name: name.clone(),
+                uid: uid.clone(),
+                controller: None,
+                block_owner_deletion: None,
+            },
+            namespace,
+            name,
+            uid,
+        })
+    }
+}
+
+pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let obj = obj.as_ref();
+    let o = Object::of(obj)?;
+    let deleting = match deletion::lifecycle(
+        K::KIND,
+        obj.meta().deletion_timestamp.is_some(),
+        obj.finalizers(),
+    ) {
+        Lifecycle::AddFinalizer => {
+            act::add_finalizer(&ctx, obj, &o).await?;
+            // The write itself wakes the next pass.
+            return Ok(Action::await_change());
+        }
+        Lifecycle::Released => return Ok(Action::await_change()),
+        Lifecycle::Live => false,
+        Lifecycle::Deleting => true,
+    };
+    let observed = observe::observe(&ctx, obj, &o, deleting).await?;
+    let plan = decide(
+        obj,
+        &o,
+        &observed,
+        &ctx.settings,
+        Timestamp::now(),
+        deleting,
+    );
+    act::act(&ctx, obj, &o, plan, deleting).await
+}
+
+/// The whole decision of a pass, from what it observed. Pure.
+fn decide<K: Workload>(
+    obj: &K,
+    o: &Object,
+    observed: &Observed,
+    settings: &Settings,
+    now: Timestamp,
+    deleting: bool,
+) -> Plan {
+    let mut status = obj.workspace_status().cloned().unwrap_or_default();
+    status.state_secret_suffix = Some(o.suffix.clone());
+    status.observed_generation = obj.meta().generation;
+    let draft = Draft::new(status, obj.meta().generation, now);
+    let mut plan = Plan::new(draft, Requeue::After(settings.sync_period));
+    let ledger = ledger::ledger(&observed.jobs);
+    let (Some(rest), None) = (&observed.rest, ledger.active) else {
+        // A runner works on the object: nothing is read or decided. The
+        // Job's own status changes wake the next pass.
+        if let Some(job) = ledger.active {
+            let op = ledger::op(job).unwrap_or(names::Op::Apply);
+            plan.draft.status.active_job = Some(ActiveJob {
+                name: job.name_any(),
+                operation: op,
+                attempt: i32::try_from(ledger::attempt(job)).unwrap_or(1).max(1),
+                start_time: job.metadata.creation_timestamp.clone(),
+            });
+            if deleting {
+                plan.deleting = Some(Cond::new(
+                    conditions::DELETING,
+                    Status::True,
+                    "Deleting",
+                    format!("waiting for Job {} to finish", job.name_any()),
+                ));
+            }
+        }
+        return plan;
+    };
+    plan.draft.status.active_job = None;
+    let settled = settle::settle(
+        obj,
+        o,
+        &ledger.unsettled,
+        &observed.terminations,
+        Some(&rest.snapshot),
+        &mut plan,
+    );
+    let finished = ledger::with_settled(ledger.finished, &settled.finished);
+    if deleting && !settled.finished.is_empty() {
+        // The outcome is written before anything is cleaned up, so that
+        // status shows the destroy that made cleanup safe.
+        plan.requeue = Requeue::After(Duration::from_secs(1));
+        return plan;
+    }
+    let destroyed = finished
+        .iter()
+        .any(|f| f.op == names::Op::Destroy && f.succeeded);
+    let pass = Pass {
+        obj,
+        o,
+        rest,
+        settled: &settled,
+        finished: &finished,
+        jobs: &observed.jobs,
+        settings,
+        deleting,
+        destroyed,
+    };
+    let c = common::steps(&pass, &mut plan);
+    match deleting {
+        false => live::plan(&pass, &c, &mut plan),
+        true => deleting::plan(&pass, &c, &mut plan),
+    }
+    plan
+}
+
+/// The conditions set last: Deleting (once per pass) and Ready. True when
+/// the deletion starts in this pass (DeletionStarted is due).
+fn finish(plan: &mut Plan, deleting: bool) -> bool {
+    let mut started = false;
+    if deleting {
+        let cond = plan.deleting.take().unwrap_or_else(|| {
+            Cond::new(
+                conditions::DELETING,
+                Status::True,
+                "Deleting",
+                "the object is being deleted",
+            )
+        });
+        let was_true =
+            plan.draft.status_of(conditions::DELETING).map(|(s, _)| s) == Some(Status::True);
+        plan.draft.set(cond);
+        started = !was_true;
+    }
+    let ready = match deleting {
+        true => Cond::new(
+            conditions::READY,
+            Status::False,
+            "Deleting",
+            "the object is being deleted",
+        ),
+        false => conditions::ready(plan.draft.status.conditions.as_deref().unwrap_or_default()),
+    };
+    plan.draft.set(ready);
+    started
+}
+
+/// ConditionChanged (ref §4), Warning when a condition turns False; Ready
+/// has its own summary and no event.
+fn condition_note(t: &Transition) -> Option<Note> {
+    if t.type_ == conditions::READY {
+        return None;
+    }
+    let from = match &t.from {
+        Some((status, reason)) => format!("{}/{reason}", status.as_str()),
+        None => "unset".to_string(),
+    };
+    let note = format!("{}: {from} -> {}/{}", t.type_, t.to.as_str(), t.reason);
+    Some(match t.to {
+        Status::False => Note::warning("ConditionChanged", note),
+        _ => Note::normal("ConditionChanged", note),
+    })
+}

@@ -1,0 +1,266 @@
+//! Every read of a pass, once, into one plain value; nothing here writes.
+//!
+//! With a Job of the object active only the Jobs are read (and the pods of
+//! finished Jobs not accounted yet): the state is not read and nothing is
+//! decided while a runner works on it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, Pod, Secret};
+use kube::api::{Api, ListParams};
+use kube::{Resource, ResourceExt};
+
+use super::Object;
+use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool, VariablesSource};
+use crate::controllers::credentials;
+use crate::controllers::ledger;
+use crate::controllers::workload::Workload;
+use crate::controllers::{Context, Error};
+use crate::jobs::durable;
+use crate::jobs::variables::{self, SourceKind};
+use crate::keys::{CLUSTER_NAME_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, VARIABLES_LABEL};
+use crate::locks::{self, Verdict};
+use crate::names::{self, Kind};
+use crate::state;
+
+/// What one pass read.
+pub struct Observed {
+    /// The object's Jobs (its owner labels and an owner reference to this
+    /// very object).
+    pub jobs: Vec<Job>,
+    /// The runner container's end, for each finished Job not yet
+    /// accounted, by Job name.
+    pub terminations: BTreeMap<String, Option<ContainerStateTerminated>>,
+    /// Read only with no Job of the object active.
+    pub rest: Option<Rest>,
+}
+
+/// What a pass without an active Job reads.
+pub struct Rest {
+    /// A machine's or pool's TerraformCluster.
+    pub cluster: Option<TerraformCluster>,
+    /// The durable inputs Secret, when CAPTF wrote it for this object.
+    pub durable: Option<Secret>,
+    pub credentials: credentials::Observed,
+    pub snapshot: state::Snapshot,
+    /// The object's backup Secrets.
+    pub backups: Vec<Secret>,
+    pub lock: Verdict,
+    /// Each `variablesFrom` source's data, in spec order; None when missing
+    /// or not opted in. Empty for a machine that was applied.
+    pub sources: Vec<Option<BTreeMap<String, Vec<u8>>>>,
+    /// A TerraformCluster being deleted: its machines and pools left.
+    pub dependents: usize,
+}
+
+pub async fn observe<K: Workload>(
+    ctx: &Context,
+    obj: &K,
+    o: &Object,
+    deleting: bool,
+) -> Result<Observed, Error> {
+    let jobs = jobs_of::<K>(ctx, o).await?;
+    let ledger = ledger::ledger(&jobs);
+    let mut terminations = BTreeMap::new();
+    for u in &ledger.unsettled {
+        let name = u.job.name_any();
+        let end = terminated(ctx, &o.namespace, &name).await?;
+        terminations.insert(name, end);
+    }
+    let active = ledger.active.is_some();
+    let rest = match active {
+        true => None,
+        false => Some(rest(ctx, obj, o, deleting).await?),
+    };
+    Ok(Observed {
+        jobs,
+        terminations,
+        rest,
+    })
+}
+
+async fn rest<K: Workload>(
+    ctx: &Context,
+    obj: &K,
+    o: &Object,
+    deleting: bool,
+) -> Result<Rest, Error> {
+    let ns = o.namespace.as_str();
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    let cluster = cluster_of(ctx, obj, ns).await?;
+    let durable = secrets
+        .get_opt(&names::inputs_secret(K::KIND, &o.name))
+        .await
+        .map_err(Error::Kube)?
+        .filter(|s| durable::owned_by(s, &o.uid));
+    let recorded = durable.as_ref().and_then(durable::read);
+    let backups = crate::backups::existing(&secrets, &o.suffix)
+        .await
+        .map_err(Error::Backup)?;
+    let snapshot = state::snapshot(&secrets, &o.suffix).await?;
+    let lock = locks::inspect(&ctx.client, ns, K::KIND, &o.name).await?;
+
+    // A machine or pool whose cluster is gone still destroys with the
+    // identity its apply used (ref §8.6: a missing owner never blocks a
+    // deletion); the identity must still allow the namespace.
+    let spec = obj.workspace();
+    let identity = credentials::identity_name(spec, cluster.as_ref()).or(recorded
+        .as_ref()
+        .and_then(|d| d.identity.as_deref())
+        .filter(|_| deleting));
+    let credentials = credentials::observe(&ctx.client, ns, identity).await?;
+
+    // A machine reads its sources only until it is applied (ref §1.2): it
+    // is never applied again, so what they say later changes nothing, and
+    // one deleted later must not make it unready.
+    let applied = recorded.as_ref().is_some_and(|d| d.applied) || !backups.is_empty();
+    let sources = match spec.variables_from.as_deref() {
+        Some(_) if K::KIND == Kind::Machine && applied => &[],
+        sources => sources.unwrap_or_default(),
+    };
+    let sources = fetch_variables(&ctx.client, ns, sources).await?;
+    let dependents = match (K::KIND, deleting) {
+        (Kind::Cluster, true) => dependents(ctx, obj, ns).await?,
+        _ => 0,
+    };
+    Ok(Rest {
+        cluster,
+        durable,
+        credentials,
+        snapshot,
+        backups,
+        lock,
+        sources,
+        dependents,
+    })
+}
+
+/// The Jobs of this object: its owner labels, and an owner reference to
+/// this very object (a same-named object created later has another UID).
+async fn jobs_of<K: Workload>(ctx: &Context, o: &Object) -> Result<Vec<Job>, Error> {
+    let selector = format!(
+        "{OWNER_KIND_LABEL}={},{OWNER_NAME_LABEL}={}",
+        K::KIND.kind(),
+        names::label_value(&o.name)
+    );
+    let list = Api::<Job>::namespaced(ctx.client.clone(), &o.namespace)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(Error::Kube)?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|j| j.owner_references().iter().any(|r| r.uid == o.uid))
+        .collect())
+}
+
+/// The final state of a Job's runner container, from its pod.
+async fn terminated(
+    ctx: &Context,
+    ns: &str,
+    job: &str,
+) -> Result<Option<ContainerStateTerminated>, Error> {
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
+        .await
+        .map_err(Error::Kube)?;
+    Ok(pods.items.into_iter().find_map(|p| {
+        p.status?
+            .container_statuses?
+            .into_iter()
+            .find(|c| c.name == crate::jobs::builder::SOURCE_CONTAINER)?
+            .state?
+            .terminated
+    }))
+}
+
+/// The TerraformCluster a machine or pool belongs to. Until Cluster API
+/// owners are resolved (a later issue), it is the TerraformCluster of the
+/// namespace with the same cluster-name label.
+async fn cluster_of<K: Workload>(
+    ctx: &Context,
+    obj: &K,
+    ns: &str,
+) -> Result<Option<TerraformCluster>, Error> {
+    let Some(cluster) = obj.cluster_name().filter(|_| K::KIND != Kind::Cluster) else {
+        return Ok(None);
+    };
+    let list = Api::<TerraformCluster>::namespaced(ctx.client.clone(), ns)
+        .list(&ListParams::default().labels(&cluster_selector(cluster)))
+        .await
+        .map_err(Error::Kube)?;
+    Ok(list.items.into_iter().next())
+}
+
+fn cluster_selector(cluster: &str) -> String {
+    format!("{CLUSTER_NAME_LABEL}={}", names::label_value(cluster))
+}
+
+/// TerraformMachines and TerraformMachinePools of a TerraformCluster's
+/// cluster in its namespace (ref §8.6).
+async fn dependents<K: Workload>(ctx: &Context, obj: &K, ns: &str) -> Result<usize, Error> {
+    let Some(cluster) = obj.cluster_name() else {
+        return Ok(0);
+    };
+    let selector = ListParams::default().labels(&cluster_selector(cluster));
+    let machines = Api::<TerraformMachine>::namespaced(ctx.client.clone(), ns)
+        .list_metadata(&selector)
+        .await
+        .map_err(Error::Kube)?;
+    let pools = Api::<TerraformMachinePool>::namespaced(ctx.client.clone(), ns)
+        .list_metadata(&selector)
+        .await
+        .map_err(Error::Kube)?;
+    Ok(machines.items.len() + pools.items.len())
+}
+
+/// Reads each `variablesFrom` source of the object (a ConfigMap's `data`
+/// and `binaryData`, a Secret's `data`); a source without the opt-in label
+/// reads as missing.
+async fn fetch_variables(
+    client: &kube::Client,
+    ns: &str,
+    sources: &[VariablesSource],
+) -> Result<Vec<Option<BTreeMap<String, Vec<u8>>>>, Error> {
+    fn opted_in(obj: &impl Resource) -> bool {
+        obj.meta()
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(VARIABLES_LABEL))
+            .is_some_and(|v| v == "true")
+    }
+    let mut fetched = Vec::with_capacity(sources.len());
+    for source in sources {
+        let data = match variables::reference(source) {
+            Some((SourceKind::ConfigMap, name)) => Api::<ConfigMap>::namespaced(client.clone(), ns)
+                .get_opt(name)
+                .await
+                .map_err(Error::Kube)?
+                .filter(opted_in)
+                .map(|c| {
+                    let text = c.data.unwrap_or_default().into_iter();
+                    let binary = c.binary_data.unwrap_or_default().into_iter();
+                    text.map(|(k, v)| (k, v.into_bytes()))
+                        .chain(binary.map(|(k, v)| (k, v.0)))
+                        .collect()
+                }),
+            Some((SourceKind::Secret, name)) => Api::<Secret>::namespaced(client.clone(), ns)
+                .get_opt(name)
+                .await
+                .map_err(Error::Kube)?
+                .filter(opted_in)
+                .map(|s| {
+                    s.data
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(k, v)| (k, v.0))
+                        .collect()
+                }),
+            // merge reports the entry.
+            None => None,
+        };
+        fetched.push(data);
+    }
+    Ok(fetched)
+}

@@ -1,0 +1,246 @@
+//! What a pass decided, as plain data: the status it writes, the events
+//! due, the ordered writes, the counters, and when to come back. `live`,
+//! `deleting` and `settle` make it (pure); `act` carries it out.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::EventType;
+
+use crate::api::WorkspaceStatus;
+use crate::backups::BackupSet;
+use crate::controllers::conditions::{self, Cond, Transition};
+use crate::controllers::credentials::MirrorWrite;
+use crate::controllers::deletion::Why;
+use crate::controllers::ledger::Outcome;
+use crate::jobs::leases::Gate;
+use crate::metrics::{BackupResult, JobResult, RestoreResult, StateReadError};
+use crate::names::Op;
+
+/// The status a pass writes, and the condition transitions it made.
+#[derive(Clone, Debug)]
+pub struct Draft {
+    pub status: WorkspaceStatus,
+    pub transitions: Vec<Transition>,
+    generation: Option<i64>,
+    now: Timestamp,
+}
+
+impl Draft {
+    pub fn new(status: WorkspaceStatus, generation: Option<i64>, now: Timestamp) -> Draft {
+        Draft {
+            status,
+            transitions: Vec::new(),
+            generation,
+            now,
+        }
+    }
+
+    /// Sets `cond`; true when its status or reason changed.
+    pub fn set(&mut self, cond: Cond) -> bool {
+        let conditions = self.status.conditions.get_or_insert_default();
+        match conditions::set(conditions, cond, self.generation, self.now) {
+            Some(t) => {
+                self.transitions.push(t);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    pub fn status_of(&self, type_: &str) -> Option<(conditions::Status, &str)> {
+        conditions::status_of(self.status.conditions.as_deref()?, type_)
+    }
+}
+
+/// An event to record on the object, with the Job it is about as the
+/// related object (events of distinct Jobs never merge into one series).
+#[derive(Clone, Debug)]
+pub struct Note {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub note: String,
+    pub related: Option<ObjectReference>,
+}
+
+impl Note {
+    pub fn normal(reason: &'static str, note: impl Into<String>) -> Note {
+        Note {
+            type_: EventType::Normal,
+            reason,
+            note: note.into(),
+            related: None,
+        }
+    }
+
+    pub fn warning(reason: &'static str, note: impl Into<String>) -> Note {
+        Note {
+            type_: EventType::Warning,
+            ..Note::normal(reason, note)
+        }
+    }
+
+    pub fn about(self, job: &Job) -> Note {
+        use kube::Resource;
+        Note {
+            related: Some(job.object_ref(&())),
+            ..self
+        }
+    }
+}
+
+/// A counter the pass moves once its writes are done.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Count {
+    JobFinished(Op, JobResult),
+    StateReadError(StateReadError),
+    Backups(BackupResult, u64),
+    Restore(RestoreResult),
+}
+
+/// One state chunk to adopt: its name and the resourceVersion it was read
+/// at, so that a chunk rewritten since is not patched blindly.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Chunk {
+    pub name: String,
+    pub resource_version: Option<String>,
+    pub base: bool,
+    /// Its owner references with the object's added.
+    pub owner_references: Vec<OwnerReference>,
+}
+
+/// A Job to start, built in full by the decision.
+#[derive(Clone, Debug)]
+pub struct Start {
+    pub op: Op,
+    /// Why it starts, for the log.
+    pub why: &'static str,
+    pub job: Job,
+    /// Without an owner until the Job exists.
+    pub run_secret: Secret,
+    /// The service account the Job runs as, whose RBAC is ensured first.
+    pub service_account: String,
+    pub gate: Vec<Gate>,
+    /// An apply's durable inputs, written before the Job.
+    pub durable: Option<Secret>,
+    /// The condition a lease wait reports on.
+    pub condition: &'static str,
+    pub cluster_name: Option<String>,
+    /// The holder's activeDeadlineSeconds, for lease take-over.
+    pub deadline: Duration,
+    /// Events about the Job once it exists: JobCreated, ForceUnlocked.
+    pub job_notes: Vec<Note>,
+    /// Other events once it exists: InputsChanged.
+    pub notes: Vec<Note>,
+    pub counts: StartCounts,
+}
+
+/// The counters a start moves once its Job exists.
+#[derive(Clone, Copy, Debug)]
+pub struct StartCounts {
+    pub reason: &'static str,
+    pub force_unlock: bool,
+    pub inputs_changed: bool,
+}
+
+/// The writes of a pass, performed in order; the first failure ends them.
+#[derive(Clone, Debug)]
+pub enum Write {
+    /// Create or refresh the credentials mirror.
+    Mirror(Box<MirrorWrite>),
+    /// A successful apply's or restore's state: an owner reference to the
+    /// object on every chunk, and the applied inputs hash (or none, for a
+    /// restored backup that recorded none) on the base Secret.
+    Adopt {
+        chunks: Vec<Chunk>,
+        inputs_hash: Option<String>,
+    },
+    /// The durable inputs record that an apply succeeded.
+    MarkApplied,
+    /// The restore of this serial succeeded: the request annotation goes.
+    RemoveRestoreRequest {
+        serial: String,
+    },
+    /// A finished Job's run lease and cluster write lease.
+    ReleaseLeases {
+        job: String,
+    },
+    DeleteRunSecret {
+        job: String,
+    },
+    /// A failed copy leaves no partial set and does not end the pass: the
+    /// serial stays unobserved and the next pass copies it again.
+    TakeBackup {
+        set: BackupSet,
+        observed: i64,
+    },
+    PruneBackups {
+        serials: Vec<u64>,
+    },
+    /// RBAC, leases, durable inputs, the Job and its per-run Secret.
+    Start(Box<Start>),
+    /// Cleanup (ref §8.6), each step idempotent.
+    DeleteSecrets(Vec<String>),
+    /// The durable inputs Secret, by the uid it was read with.
+    DeleteDurable {
+        uid: String,
+    },
+    DeleteLeases(Vec<String>),
+    ReleaseMirrors,
+    RemoveFinalizer {
+        why: Why,
+    },
+}
+
+/// When the object is reconciled again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    After(Duration),
+    /// Only on a change: the object is gone, or its own write wakes it.
+    OnChange,
+}
+
+/// One pass's decision.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub draft: Draft,
+    /// Set at the end of the pass, so that its reason changes at most
+    /// once per pass (and DeletionStarted is due only on the first).
+    pub deleting: Option<Cond>,
+    /// Due whatever the writes do; recorded after them.
+    pub notes: Vec<Note>,
+    pub writes: Vec<Write>,
+    /// `captf_state_bytes`/`captf_state_resources` as read (None removes
+    /// them); not touched when the state was not read.
+    pub gauges: Option<Option<(u64, u64)>>,
+    pub counts: Vec<Count>,
+    /// Jobs whose result this pass's status accounts for, marked bookkept
+    /// once it is written.
+    pub bookkept: Vec<(String, Outcome)>,
+    /// Warnings for the manager's log (never state content).
+    pub logs: Vec<String>,
+    pub requeue: Requeue,
+}
+
+impl Plan {
+    pub fn new(draft: Draft, requeue: Requeue) -> Plan {
+        Plan {
+            draft,
+            deleting: None,
+            notes: Vec::new(),
+            writes: Vec::new(),
+            gauges: None,
+            counts: Vec::new(),
+            bookkept: Vec::new(),
+            logs: Vec::new(),
+            requeue,
+        }
+    }
+}

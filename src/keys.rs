@@ -1,0 +1,109 @@
+//! Every label, annotation and finalizer key CAPTF sets or reads (ref §2,
+//! CONTRACT.md), defined once. The names built from them are in
+//! [`crate::names`].
+
+use crate::names::Kind;
+
+// Labels CAPTF puts on what it creates (ref §2.2).
+
+/// On everything CAPTF creates and owns.
+pub const MANAGED_LABEL: &str = "captf.io/managed";
+/// The owner's kind, e.g. `TerraformMachine`.
+pub const OWNER_KIND_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-kind";
+/// The owner's name, or its hash when it does not fit a label value.
+pub const OWNER_NAME_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-name";
+/// The operation of a Job and its pod.
+pub const OP_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/op";
+/// The attempt of a Job and its pod.
+pub const ATTEMPT_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/attempt";
+/// `run` or `cluster` on CAPTF's own Leases, which tells them from the
+/// backend's lock Lease.
+pub const LEASE_LABEL: &str = "captf.io/lease";
+/// On a credentials mirror.
+pub const MIRRORED_LABEL: &str = "captf.io/mirrored";
+/// `"true"` on every backup chunk.
+pub const BACKUP_LABEL: &str = "captf.io/state-backup";
+/// The backend suffix of the state a backup chunk was copied from.
+pub const BACKUP_SUFFIX_LABEL: &str = "captf.io/state-backup-suffix";
+
+// Labels users set.
+
+/// A user's opt-in of a ServiceAccount as a runner override.
+pub const RUNNER_LABEL: &str = "captf.io/runner";
+/// A user's opt-in of a ConfigMap or Secret as a `variablesFrom` source.
+pub const VARIABLES_LABEL: &str = "captf.io/variables";
+
+// Annotations users set (ref §2.1).
+
+/// Asks for a restore of the backup with this serial.
+pub const RESTORE_STATE: &str = "captf.io/restore-state";
+/// Set to the object's `metadata.uid`, cleans up without a destroy: the
+/// infrastructure is left to whoever set it. The uid makes it a deliberate
+/// act for this very object, never one copied from another.
+pub const ABANDON: &str = "captf.io/abandon-infrastructure";
+
+// Annotations CAPTF sets and reads (ref §2.2).
+
+/// The inputs hash: of the apply a Job runs, of the state's last
+/// successful apply (base state Secret), of the durable inputs, and of the
+/// state a backup was copied from (its chunk 0).
+pub const INPUTS_HASH: &str = "captf.io/inputs-hash";
+/// On a Job: its result has been accounted into status; the value is the
+/// outcome the backoff needs.
+pub const BOOKKEPT: &str = "captf.io/bookkept";
+/// On a restore Job: the backup serial it pushes.
+pub const RESTORE_SERIAL: &str = "captf.io/restore-serial";
+/// On the durable inputs: `spec.source.image` as the apply ran it.
+pub const IMAGE: &str = "captf.io/image";
+/// On the durable inputs and a credentials mirror: the identity.
+pub const IDENTITY: &str = "captf.io/identity";
+/// On the durable inputs, `"true"` once an apply of the object has
+/// succeeded: a missing state is then lost, not absent.
+pub const APPLIED: &str = "captf.io/applied";
+/// On a credentials mirror: the hash of the identity Secret it copies.
+pub const SOURCE_HASH: &str = "captf.io/source-hash";
+/// On CAPTF's Leases: the operation the holder runs.
+pub const LEASE_OP: &str = "captf.io/lease-op";
+/// On CAPTF's Leases: when the holder took it (RFC 3339).
+pub const LEASE_ACQUIRED_AT: &str = "captf.io/lease-acquired-at";
+pub const BACKUP_SERIAL: &str = "captf.io/state-backup-serial";
+pub const BACKUP_LINEAGE: &str = "captf.io/state-backup-lineage";
+pub const BACKUP_TAKEN_AT: &str = "captf.io/state-backup-taken-at";
+pub const BACKUP_SOURCE_JOB: &str = "captf.io/state-backup-source-job";
+/// sha256 of a backup's concatenated payloads, in chunk order.
+pub const BACKUP_DIGEST: &str = "captf.io/state-backup-digest";
+pub const BACKUP_RESOURCES: &str = "captf.io/state-backup-resources";
+/// The set id that groups the chunks of one backup.
+pub const BACKUP_SET: &str = "captf.io/state-backup-set";
+pub const BACKUP_CHUNK: &str = "captf.io/state-backup-chunk";
+pub const BACKUP_CHUNKS: &str = "captf.io/state-backup-chunks";
+
+// The backend's (ref §6.3).
+
+/// The lock info on the state lock Lease.
+pub const LOCK_INFO: &str = "app.terraform.io/lock-info";
+
+// Cluster API's and clusterctl's (ref §2.3).
+
+/// The Cluster API cluster an object belongs to (or its hash when it does
+/// not fit a label value).
+pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
+/// `--watch-filter` selects objects by this label's value.
+pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
+/// The template a machine or pool was cloned from.
+pub const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
+/// Makes clusterctl move carry state Secrets (backend labels).
+pub const MOVE_LABEL: &str = "clusterctl.cluster.x-k8s.io/move";
+/// Makes clusterctl move carry a CRD's objects with their hierarchy.
+pub const MOVE_HIERARCHY_LABEL: &str = "clusterctl.cluster.x-k8s.io/move-hierarchy";
+/// clusterctl's mark on an object it deletes as part of a move.
+pub const DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
+
+/// The finalizer of each workload kind (ref §2.4).
+pub const fn finalizer(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Cluster => "terraformcluster.infrastructure.cluster.x-k8s.io",
+        Kind::Machine => "terraformmachine.infrastructure.cluster.x-k8s.io",
+        Kind::MachinePool => "terraformmachinepool.infrastructure.cluster.x-k8s.io",
+    }
+}
