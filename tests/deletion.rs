@@ -761,3 +761,73 @@ async fn a_manager_killed_mid_cleanup_finishes_it_after_a_restart() {
     once(&env, "FinalizerRemoved", Kind::Machine, "m").await;
     cleaned_up(&env, Kind::Machine, "m").await;
 }
+
+/// No backups are taken while an object is being deleted (book:
+/// terraform-state.md "State backups"): a cluster held by its machine gets
+/// a new state serial, and no pass backs it up or counts it observed.
+#[tokio::test]
+async fn no_backup_is_taken_while_deleting() {
+    use std::io::{Read, Write};
+    let env = setup(MANAGER, "del-nobackup", &[], &["--sync-period=2s"]).await;
+    applied_pair(&env, None).await;
+    let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
+    let observed = within(&env, 60, "the cluster's state backed up", || async {
+        let s = env.cluster_status("c").await?;
+        let serial = s.observed_state_serial?;
+        s.state_backups
+            .iter()
+            .flatten()
+            .any(|b| b.serial == serial)
+            .then_some(serial)
+    })
+    .await;
+    env.delete::<TerraformCluster>("c").await;
+    within(&env, 20, "the cluster's deletion blocked", || async {
+        env.cluster_status("c")
+            .await
+            .filter(|s| condition(s, "DeletionBlocked") == Some(("True", "DependentsExist")))
+    })
+    .await;
+
+    // The state moves on by hand to a serial no backup has.
+    let base = names::state_secret(&suffix);
+    let secret = env.secrets().get(&base).await.unwrap();
+    let mut document = String::new();
+    flate2::read::GzDecoder::new(secret.data.as_ref().unwrap()["tfstate"].0.as_slice())
+        .read_to_string(&mut document)
+        .unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&document).unwrap();
+    let next = observed + 1;
+    doc["serial"] = json!(next);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(doc.to_string().as_bytes()).unwrap();
+    let bytes = gz.finish().unwrap();
+    env.secrets()
+        .patch(
+            &base,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"tfstate": ByteString(bytes)}})),
+        )
+        .await
+        .unwrap();
+    within(&env, 30, "the new serial read", || async {
+        env.cluster_status("c").await.filter(|s| {
+            condition_message(s, "StateReadable")
+                .is_some_and(|m| m.contains(&format!("serial {next}")))
+        })
+    })
+    .await;
+    // Several passes at --sync-period=2s.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let status = env.cluster_status("c").await.unwrap();
+    assert_eq!(status.observed_state_serial, Some(observed), "{}", env.context());
+    let next_backup = names::backup_secret(&suffix, u64::try_from(next).unwrap());
+    assert!(
+        env.secrets().get_opt(&next_backup).await.unwrap().is_none(),
+        "{next_backup} was taken while deleting"
+    );
+    assert!(env.events("StateBackedUp").await.iter().all(|e| !e
+        .note
+        .as_deref()
+        .is_some_and(|n| n.contains(&format!("serial {next} "))));
+}

@@ -1315,3 +1315,56 @@ async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
         .collect();
     assert_eq!(applies.len(), 1, "{applies:?}");
 }
+
+/// A backup taken before inputs hashes were recorded (or whose chunk 0
+/// lost the annotation) is still adopted once restored: every chunk gets
+/// the object's owner reference in the pass that records the restore,
+/// before anything else runs over it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_backup_without_an_inputs_hash_is_adopted() {
+    let env = setup(MANAGER, "restore-nohash", &[], &[]).await;
+    let cluster = env
+        .cluster("c", NOOP, vars(&[("greeting", json!("one"))]))
+        .await;
+    let serial = applied_and_backed_up::<TerraformCluster>(&env, "c", 1).await;
+    let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
+    let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
+    let backup = names::backup_secret(&suffix, u64::try_from(serial).unwrap());
+    secrets
+        .patch(
+            &backup,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/inputs-hash": null}}})),
+        )
+        .await
+        .unwrap();
+    secrets
+        .delete(&names::state_secret(&suffix), &Default::default())
+        .await
+        .unwrap();
+    Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns)
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": serial.to_string()}}})),
+        )
+        .await
+        .unwrap();
+    within(&env, 240, "the restore", || async {
+        env.cluster_status("c")
+            .await
+            .filter(|s| condition(s, "RestoreJobSucceeded") == Some(("True", "StateRestored")))
+    })
+    .await;
+    let uid = cluster.uid().unwrap();
+    let state = secrets.get(&names::state_secret(&suffix)).await.unwrap();
+    assert!(
+        state.owner_references().iter().any(|o| o.uid == uid),
+        "the restored state is owned by the cluster: {:?}",
+        state.owner_references()
+    );
+    assert!(
+        !state.annotations().contains_key("captf.io/inputs-hash"),
+        "no inputs hash is claimed for the restored state"
+    );
+}

@@ -4,7 +4,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::shared::{
+use super::{
     ApiEndpoint, DriftPolicy, FailureDomain, IdentityReference, JobPolicy, MachineDriftPolicy,
     PlanPreview, WorkspaceSpec, WorkspaceStatus,
 };

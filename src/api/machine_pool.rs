@@ -5,7 +5,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::shared::{MachinePoolDriftPolicy, MachinePoolInstance, WorkspaceSpec, WorkspaceStatus};
+use super::{MachinePoolDriftPolicy, MachinePoolInstance, WorkspaceSpec, WorkspaceStatus};
 
 /// The desired state of a TerraformMachinePool. Every field is mutable.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

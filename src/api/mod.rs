@@ -4,18 +4,22 @@
 //! The CRDs under `config/crd/` are the output of [`crd_files`]; a unit test
 //! fails when they drift from the types here.
 
+mod capi;
 mod cluster;
 mod identity;
 mod machine;
 mod machine_pool;
 mod shared;
+mod status;
 mod templates;
 
+pub use capi::*;
 pub use cluster::*;
 pub use identity::*;
 pub use machine::*;
 pub use machine_pool::*;
 pub use shared::*;
+pub use status::*;
 pub use templates::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{

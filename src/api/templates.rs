@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::cluster::TerraformClusterSpec;
 use super::machine::TerraformMachineSpec;
 use super::machine_pool::TerraformMachinePoolSpec;
-use super::shared::{CapacitySource, NodeInfo, TemplateObjectMeta};
+use super::{CapacitySource, NodeInfo, TemplateObjectMeta};
 
 /// The desired state of a TerraformClusterTemplate.
 #[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

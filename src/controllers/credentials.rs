@@ -302,7 +302,7 @@ pub async fn write(client: &kube::Client, namespace: &str, w: &MirrorWrite) -> R
 /// the namespace (ref §8.6 cleanup), and deletes a mirror it was the last
 /// user of; returns the names of the deleted ones. Writes are guarded by
 /// the resourceVersion read, and a conflict reads again.
-pub async fn release(
+pub async fn drop_user(
     client: &kube::Client,
     namespace: &str,
     uid: &str,

@@ -39,7 +39,7 @@ pub fn lifecycle(kind: Kind, deleting: bool, finalizers: &[String]) -> Lifecycle
 /// What the deletion pass knows; gathered only with no Job of the object
 /// active (a running Job is waited for first).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Facts {
+pub struct Situation {
     pub kind: Kind,
     /// TerraformMachines and TerraformMachinePools of a TerraformCluster's
     /// cluster still in the namespace (0 for the other kinds).
@@ -80,7 +80,7 @@ pub enum DestroyInputs {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
+pub enum Next {
     /// A TerraformCluster waits for its machines and pools.
     WaitForDependents(usize),
     /// Delete the state and everything else CAPTF made, then the finalizer.
@@ -107,23 +107,23 @@ pub enum Why {
     Abandoned,
 }
 
-pub fn next(f: &Facts) -> Step {
+pub fn next(f: &Situation) -> Next {
     if f.kind == Kind::Cluster && f.dependents > 0 {
-        return Step::WaitForDependents(f.dependents);
+        return Next::WaitForDependents(f.dependents);
     }
     if f.finished
         .iter()
         .any(|j| j.op == Op::Destroy && j.succeeded)
     {
-        return Step::Cleanup(Why::Destroyed);
+        return Next::Cleanup(Why::Destroyed);
     }
     if f.abandoned {
-        return Step::Cleanup(Why::Abandoned);
+        return Next::Cleanup(Why::Abandoned);
     }
     match f.state {
-        StateFact::NotFound if f.ever_applied => return Step::Hold(Hold::Lost),
-        StateFact::NotFound => return Step::Cleanup(Why::NeverApplied),
-        StateFact::Unreadable => return Step::Hold(Hold::Unreadable),
+        StateFact::NotFound if f.ever_applied => return Next::Hold(Hold::Lost),
+        StateFact::NotFound => return Next::Cleanup(Why::NeverApplied),
+        StateFact::Unreadable => return Next::Hold(Hold::Unreadable),
         StateFact::Read { .. } => {}
     }
     let inputs = if f.durable_inputs {
@@ -131,11 +131,11 @@ pub fn next(f: &Facts) -> Step {
     } else if f.kind != Kind::Machine && f.renders {
         DestroyInputs::Current
     } else {
-        return Step::MissingInputs;
+        return Next::MissingInputs;
     };
     match decide::backing_off(&f.finished, Op::Destroy, f.failed_jobs_history_limit, f.now) {
-        Some((wait, failures)) => Step::Backoff { wait, failures },
-        None => Step::Destroy(inputs),
+        Some((wait, failures)) => Next::Backoff { wait, failures },
+        None => Next::Destroy(inputs),
     }
 }
 
@@ -193,8 +193,8 @@ mod tests {
         }
     }
 
-    fn base() -> Facts {
-        Facts {
+    fn base() -> Situation {
+        Situation {
             kind: Kind::Machine,
             dependents: 0,
             abandoned: false,
@@ -267,16 +267,16 @@ mod tests {
 
     #[test]
     fn steps() {
-        let with = |edit: &dyn Fn(&mut Facts)| {
+        let with = |edit: &dyn Fn(&mut Situation)| {
             let mut f = base();
             edit(&mut f);
             f
         };
-        let table: Vec<(&str, Facts, Step)> = vec![
+        let table: Vec<(&str, Situation, Next)> = vec![
             (
                 "applied, readable: destroy from the durable inputs",
                 base(),
-                Step::Destroy(DestroyInputs::Durable),
+                Next::Destroy(DestroyInputs::Durable),
             ),
             (
                 "never applied: clean up at once",
@@ -286,17 +286,17 @@ mod tests {
                     f.durable_inputs = false;
                     f.finished = vec![job(Op::Apply, false, 0)];
                 }),
-                Step::Cleanup(Why::NeverApplied),
+                Next::Cleanup(Why::NeverApplied),
             ),
             (
                 "applied, state gone: held",
                 with(&|f| f.state = StateFact::NotFound),
-                Step::Hold(Hold::Lost),
+                Next::Hold(Hold::Lost),
             ),
             (
                 "corrupt: held",
                 with(&|f| f.state = StateFact::Unreadable),
-                Step::Hold(Hold::Unreadable),
+                Next::Hold(Hold::Unreadable),
             ),
             (
                 "abandoned releases a hold",
@@ -304,7 +304,7 @@ mod tests {
                     f.state = StateFact::Unreadable;
                     f.abandoned = true;
                 }),
-                Step::Cleanup(Why::Abandoned),
+                Next::Cleanup(Why::Abandoned),
             ),
             (
                 "abandoned releases a failing destroy",
@@ -312,7 +312,7 @@ mod tests {
                     f.abandoned = true;
                     f.finished = vec![job(Op::Destroy, false, 990)];
                 }),
-                Step::Cleanup(Why::Abandoned),
+                Next::Cleanup(Why::Abandoned),
             ),
             (
                 "destroyed: clean up, even once the state is gone",
@@ -320,12 +320,12 @@ mod tests {
                     f.state = StateFact::NotFound;
                     f.finished = vec![job(Op::Destroy, true, 900), job(Op::Destroy, false, 500)];
                 }),
-                Step::Cleanup(Why::Destroyed),
+                Next::Cleanup(Why::Destroyed),
             ),
             (
                 "a failed destroy backs off 1m",
                 with(&|f| f.finished = vec![job(Op::Destroy, false, 970)]),
-                Step::Backoff {
+                Next::Backoff {
                     wait: Duration::from_secs(30),
                     failures: 1,
                 },
@@ -333,14 +333,14 @@ mod tests {
             (
                 "then retries",
                 with(&|f| f.finished = vec![job(Op::Destroy, false, 940)]),
-                Step::Destroy(DestroyInputs::Durable),
+                Next::Destroy(DestroyInputs::Durable),
             ),
             (
                 "two failures wait 2m",
                 with(&|f| {
                     f.finished = vec![job(Op::Destroy, false, 900), job(Op::Destroy, false, 700)]
                 }),
-                Step::Backoff {
+                Next::Backoff {
                     wait: Duration::from_secs(20),
                     failures: 2,
                 },
@@ -348,12 +348,12 @@ mod tests {
             (
                 "apply failures do not delay a destroy",
                 with(&|f| f.finished = vec![job(Op::Apply, false, 999)]),
-                Step::Destroy(DestroyInputs::Durable),
+                Next::Destroy(DestroyInputs::Durable),
             ),
             (
                 "a machine never falls back to its spec",
                 with(&|f| f.durable_inputs = false),
-                Step::MissingInputs,
+                Next::MissingInputs,
             ),
             (
                 "a pool falls back to its spec",
@@ -361,7 +361,7 @@ mod tests {
                     f.kind = Kind::MachinePool;
                     f.durable_inputs = false;
                 }),
-                Step::Destroy(DestroyInputs::Current),
+                Next::Destroy(DestroyInputs::Current),
             ),
             (
                 "unless the spec does not render",
@@ -370,7 +370,7 @@ mod tests {
                     f.durable_inputs = false;
                     f.renders = false;
                 }),
-                Step::MissingInputs,
+                Next::MissingInputs,
             ),
             (
                 "a cluster waits for its machines, abandoned or not",
@@ -379,12 +379,12 @@ mod tests {
                     f.dependents = 2;
                     f.abandoned = true;
                 }),
-                Step::WaitForDependents(2),
+                Next::WaitForDependents(2),
             ),
             (
                 "dependents do not hold a machine",
                 with(&|f| f.dependents = 2),
-                Step::Destroy(DestroyInputs::Durable),
+                Next::Destroy(DestroyInputs::Durable),
             ),
         ];
         for (what, facts, want) in table {

@@ -303,3 +303,48 @@ pub(super) struct BuildInfoLabels {
     pub(super) commit: &'static str,
     pub(super) contract: &'static str,
 }
+
+label_values!(
+    /// The `method` label of `rest_client_requests_total`.
+    RequestMethod {
+        Get => "GET",
+        Post => "POST",
+        Put => "PUT",
+        Patch => "PATCH",
+        Delete => "DELETE",
+        Other => "OTHER",
+    }
+);
+
+impl RequestMethod {
+    pub fn of(method: &http::Method) -> RequestMethod {
+        match *method {
+            http::Method::GET => RequestMethod::Get,
+            http::Method::POST => RequestMethod::Post,
+            http::Method::PUT => RequestMethod::Put,
+            http::Method::PATCH => RequestMethod::Patch,
+            http::Method::DELETE => RequestMethod::Delete,
+            _ => RequestMethod::Other,
+        }
+    }
+}
+
+/// An HTTP status code, or `<error>` when no answer came (client-go's
+/// spelling).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct StatusCode(pub Option<u16>);
+
+impl EncodeLabelValue for StatusCode {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> fmt::Result {
+        match self.0 {
+            Some(code) => EncodeLabelValue::encode(&code.to_string().as_str(), encoder),
+            None => EncodeLabelValue::encode(&"<error>", encoder),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub method: RequestMethod,
+    pub code: StatusCode,
+}

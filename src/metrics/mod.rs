@@ -113,6 +113,8 @@ pub struct Metrics {
     state_restores: Family<RestoreLabels, Counter>,
     /// `captf_plan_approvals_total`.
     plan_approvals: Family<ApprovalLabels, Counter>,
+    /// `rest_client_requests_total`, as client-go names it.
+    api_requests: Family<RequestLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -123,7 +125,9 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("captf");
+        // controller-runtime's series keep their own names beside ours.
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("captf");
 
         let build_info = Family::<BuildInfoLabels, Gauge>::default();
         build_info
@@ -167,10 +171,11 @@ impl Metrics {
             state_backups: Family::default(),
             state_restores: Family::default(),
             plan_approvals: Family::default(),
+            api_requests: Family::default(),
             registry: Registry::default(),
         };
         // Counters get `_total` and units their suffix from the registry.
-        let r = &mut registry;
+        let r = registry;
         let m = &metrics;
         r.register("jobs", "Finished Jobs by result", m.jobs.clone());
         r.register_with_unit(
@@ -308,8 +313,13 @@ impl Metrics {
         );
         r.register("state_restores", "State restores", m.state_restores.clone());
         r.register("plan_approvals", "Plan approvals", m.plan_approvals.clone());
+        root.register(
+            "rest_client_requests",
+            "Requests to the API server by method and code",
+            m.api_requests.clone(),
+        );
         Self {
-            registry,
+            registry: root,
             ..metrics
         }
     }
@@ -388,6 +398,17 @@ impl Metrics {
             .inc();
     }
 
+    /// One request to the API server answered with `code` (None: no
+    /// answer).
+    pub fn api_request(&self, method: &http::Method, code: Option<u16>) {
+        self.api_requests
+            .get_or_create(&RequestLabels {
+                method: RequestMethod::of(method),
+                code: StatusCode(code),
+            })
+            .inc();
+    }
+
     /// Removes every series of one object; call it when the object is gone.
     pub fn forget(&self, kind: Kind, namespace: &str, name: &str) {
         let object = ObjectLabels::new(kind, namespace, name);
@@ -430,7 +451,7 @@ mod tests {
     use super::*;
 
     /// (name on the wire, type) of every family of ref §5.
-    const FAMILIES: [(&str, &str); 31] = [
+    const FAMILIES: [(&str, &str); 32] = [
         ("captf_jobs", "counter"),
         ("captf_job_duration_seconds", "histogram"),
         ("captf_job_step_duration_seconds", "histogram"),
@@ -462,6 +483,7 @@ mod tests {
         ("captf_state_restores", "counter"),
         ("captf_plan_approvals", "counter"),
         ("captf_build_info", "gauge"),
+        ("rest_client_requests", "counter"),
     ];
 
     /// The shipped alerts (config/prometheus/rules.yaml) use only families
@@ -632,6 +654,7 @@ mod tests {
                 result: ApprovalResult::Approved,
             })
             .inc();
+        m.api_request(&http::Method::GET, Some(200));
     }
 
     #[test]
@@ -702,6 +725,23 @@ mod tests {
             "captf_job_errors_total{kind=\"TerraformMachine\",op=\"destroy\",error_kind=\"image-layout\",step=\"none\"} 1",
             "captf_job_duration_seconds_bucket{le=\"60.0\",kind=\"TerraformMachinePool\",op=\"drift\",result=\"succeeded\"} 1",
             "captf_job_duration_seconds_bucket{le=\"30.0\",kind=\"TerraformMachinePool\",op=\"drift\",result=\"succeeded\"} 0",
+        ] {
+            assert!(text.contains(sample), "missing {sample} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn requests_are_counted_by_method_and_code() {
+        let m = Metrics::new();
+        m.api_request(&http::Method::GET, Some(200));
+        m.api_request(&http::Method::GET, Some(200));
+        m.api_request(&http::Method::PATCH, Some(409));
+        m.api_request(&http::Method::DELETE, None);
+        let text = m.encode().unwrap();
+        for sample in [
+            "rest_client_requests_total{method=\"GET\",code=\"200\"} 2",
+            "rest_client_requests_total{method=\"PATCH\",code=\"409\"} 1",
+            "rest_client_requests_total{method=\"DELETE\",code=\"<error>\"} 1",
         ] {
             assert!(text.contains(sample), "missing {sample} in\n{text}");
         }

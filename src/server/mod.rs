@@ -9,6 +9,7 @@ pub mod flags;
 pub mod health;
 pub mod leader;
 pub mod listeners;
+pub mod requests;
 pub mod runtime;
 pub mod tls;
 pub mod webhook;
@@ -17,6 +18,7 @@ use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
@@ -24,6 +26,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
 use crate::error::{Categorized, Category};
+use crate::metrics::Metrics;
 
 /// Why the manager could not start.
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +71,10 @@ impl Categorized for ServerError {
 }
 
 /// A client from `--kubeconfig`, else in-cluster or `$KUBECONFIG`.
-pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, ServerError> {
+pub async fn kube_client(
+    kubeconfig: Option<&Path>,
+    metrics: Arc<Metrics>,
+) -> Result<kube::Client, ServerError> {
     let config = match kubeconfig {
         Some(path) => {
             kube::Config::from_custom_kubeconfig(
@@ -79,7 +85,10 @@ pub async fn kube_client(kubeconfig: Option<&Path>) -> Result<kube::Client, Serv
         }
         None => kube::Config::infer().await?,
     };
-    kube::Client::try_from(config).map_err(ServerError::Client)
+    let builder = kube::client::ClientBuilder::try_from(config).map_err(ServerError::Client)?;
+    Ok(builder
+        .with_layer(&requests::CountRequests(metrics))
+        .build())
 }
 
 /// Waits until the API server answers, retrying with backoff, and returns

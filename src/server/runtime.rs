@@ -39,7 +39,8 @@ impl Runtime {
     pub async fn build(flags: Flags) -> Result<Self, ServerError> {
         let shutdown = Box::pin(super::shutdown_signal()?);
         let flags = flags.resolve(std::env::var("CAPTF_MANAGER_IMAGE").ok())?;
-        let client = super::kube_client(flags.kubeconfig.as_deref()).await?;
+        let metrics = Arc::new(Metrics::new());
+        let client = super::kube_client(flags.kubeconfig.as_deref(), metrics.clone()).await?;
         // A standby (leader election on, not leading) runs no watches: it is
         // ready once its webhooks serve, and the watches gate is added when it
         // starts to lead.
@@ -48,7 +49,6 @@ impl Runtime {
         } else {
             Readiness::new(&[GATE_WEBHOOK, GATE_WATCHES])
         };
-        let metrics = Arc::new(Metrics::new());
         let listeners = Listeners::start(
             &flags,
             client.clone(),

@@ -1,6 +1,7 @@
 //! Carrying out a plan: the writes in order, stopping at the first failure
 //! (a failed backup copy excepted: the book retries it on the next pass);
-//! then the events, the one status write, the condition events, the
+//! then the events, the one status write (none when the status is the
+//! object's already), the condition events, the
 //! bookkept marks and the counters. Nothing here decides: a write's own
 //! outcome only fills in what the plan left to it (the Job that exists,
 //! the serial that is backed up, the lease that is held).
@@ -106,7 +107,10 @@ pub async fn act<K: Workload>(
             .state_read(K::KIND, &o.namespace, &o.name, gauges);
     }
     let started = finish(&mut plan, deleting);
-    apply_status(ctx, obj, o, &plan).await?;
+    // A status the object already has costs no write.
+    if obj.workspace_status() != Some(&plan.draft.status) {
+        apply_status::<K>(ctx, o, &plan).await?;
+    }
     for t in &plan.draft.transitions {
         if let Some(note) = super::condition_note(t) {
             record(ctx, obj, &note).await;
@@ -281,7 +285,7 @@ async fn perform<K: Workload>(
             }
         }
         Write::ReleaseMirrors => {
-            let removed = credentials::release(&ctx.client, &o.namespace, &o.uid)
+            let removed = credentials::drop_user(&ctx.client, &o.namespace, &o.uid)
                 .await
                 .map_err(Error::Kube)?;
             for mirror in removed {
@@ -408,12 +412,7 @@ async fn remove_finalizer<K: Workload>(ctx: &Context, obj: &K, o: &Object) -> Re
 
 /// The whole computed status, applied server-side: what this pass no
 /// longer sets is removed.
-async fn apply_status<K: Workload>(
-    ctx: &Context,
-    _obj: &K,
-    o: &Object,
-    plan: &Plan,
-) -> Result<(), Error> {
+async fn apply_status<K: Workload>(ctx: &Context, o: &Object, plan: &Plan) -> Result<(), Error> {
     let patch = json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),

@@ -13,7 +13,7 @@ use super::start;
 use super::{Object, Pass};
 use crate::controllers::conditions::{self, Cond, Status};
 use crate::controllers::decide::{JobReason, StateFact};
-use crate::controllers::deletion::{self, DestroyInputs, Step, Why};
+use crate::controllers::deletion::{self, DestroyInputs, Next, Why};
 use crate::controllers::workload::Workload;
 use crate::keys::ABANDON;
 use crate::names::{self, Kind, Op};
@@ -41,7 +41,7 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         ));
     }
     let abandoned = obj.annotations().get(ABANDON).is_some_and(|v| *v == o.uid);
-    let facts = deletion::Facts {
+    let facts = deletion::Situation {
         kind: K::KIND,
         dependents: rest.dependents,
         abandoned,
@@ -57,7 +57,7 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         now: plan.draft.now(),
     };
     let inputs = match deletion::next(&facts) {
-        Step::WaitForDependents(n) => {
+        Next::WaitForDependents(n) => {
             let cluster = obj.cluster_name().unwrap_or_default();
             plan.draft.set(Cond::new(
                 conditions::DELETION_BLOCKED,
@@ -67,11 +67,11 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             ));
             return;
         }
-        Step::Cleanup(why) => {
+        Next::Cleanup(why) => {
             cleanup::<K>(obj, o, rest, why, plan);
             return;
         }
-        Step::Hold(hold) => {
+        Next::Hold(hold) => {
             let reason = rest.snapshot.readable.reason();
             let held = deletion::held(hold, &o.suffix, &o.uid, reason.as_str());
             let held_before = obj
@@ -89,7 +89,7 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             plan.requeue = Requeue::After(HELD_RECHECK);
             return;
         }
-        Step::MissingInputs => {
+        Next::MissingInputs => {
             let cond = deletion::missing_inputs(K::KIND, &o.name, &o.uid);
             let message = cond.message.clone();
             if plan.draft.set(cond) {
@@ -97,14 +97,14 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             }
             return;
         }
-        Step::Backoff { wait, failures } => {
+        Next::Backoff { wait, failures } => {
             plan.logs.push(format!(
                 "destroy due but backing off after {failures} failures"
             ));
             plan.requeue = Requeue::After(wait + Duration::from_secs(1));
             return;
         }
-        Step::Destroy(inputs) => inputs,
+        Next::Destroy(inputs) => inputs,
     };
     let (rendered, image) = match (inputs, &c.durable, &c.rendered) {
         (DestroyInputs::Durable, Some(d), _) => (&d.inputs, d.image.clone()),

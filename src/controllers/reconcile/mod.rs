@@ -26,6 +26,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
+use tracing::{debug, debug_span};
 
 use super::conditions::{self, Cond, Status, Transition};
 use super::decide::Finished;
@@ -35,6 +36,7 @@ use super::workload::Workload;
 use super::{Context, Error, Settings};
 use crate::api::ActiveJob;
 use crate::names;
+use crate::server::requests::counting;
 use observe::Observed;
 use plan::{Draft, Note, Plan, Requeue};
 
@@ -91,7 +93,21 @@ impl Object {
 }
 
 pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let obj = obj.as_ref();
+    let span = debug_span!("pass");
+    let (outcome, requests) = counting(span, pass(obj.as_ref(), &ctx)).await;
+    if let Some(requests) = requests {
+        debug!(
+            kind = %K::KIND.kind(),
+            namespace = %obj.namespace().unwrap_or_default(),
+            name = %obj.name_any(),
+            requests,
+            "pass"
+        );
+    }
+    outcome
+}
+
+async fn pass<K: Workload>(obj: &K, ctx: &Context) -> Result<Action, Error> {
     let o = Object::of(obj)?;
     let deleting = match deletion::lifecycle(
         K::KIND,
@@ -99,7 +115,7 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
         obj.finalizers(),
     ) {
         Lifecycle::AddFinalizer => {
-            act::add_finalizer(&ctx, obj, &o).await?;
+            act::add_finalizer(ctx, obj, &o).await?;
             // The write itself wakes the next pass.
             return Ok(Action::await_change());
         }

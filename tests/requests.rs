@@ -1,0 +1,87 @@
+//! What one reconcile pass costs the API server, as the manager counts it:
+//! each pass logs `requests=N` at debug level, the requests its client made
+//! while the pass ran. A pass that starts an apply, and an idle pass of an
+//! applied object, each make a fixed number; a change that adds a read or
+//! a write to every pass fails here.
+
+use captf_testkit::scenario::{NOOP, applied, setup, vars, within};
+use serde_json::json;
+
+const MANAGER: &str = env!("CARGO_BIN_EXE_captf-manager");
+
+/// The requests of an idle pass of an applied object, exactly: the list
+/// of its Jobs, its durable inputs, its backups, its state, its lock, the
+/// identity, the namespace, the identity's Secret and the mirror; a
+/// machine also lists its cluster. An unchanged status is not written.
+const IDLE: [(&str, &str, u32); 2] = [
+    ("TerraformCluster", "c1", 9),
+    ("TerraformMachine", "m1", 10),
+];
+
+/// The most requests the pass that starts the first apply makes: the
+/// reads above; the mirror, the runner RBAC, the leases, the durable
+/// inputs, the Job and its per-run Secret; the status; and one request for
+/// each event (JobCreated and the first ConditionChanged of each
+/// condition).
+const START_AT_MOST: [u32; 2] = [29, 28];
+
+/// The `requests` of each `pass` line the manager logged for `kind`/`name`,
+/// in order, with whether the pass started a Job.
+fn passes(log: &str, kind: &str, name: &str) -> Vec<(u32, bool)> {
+    let mut passes = Vec::new();
+    let mut started = false;
+    for line in log.lines() {
+        let ours = line.contains(&format!("name={name}"));
+        if ours && line.contains("started apply Job") {
+            started = true;
+        }
+        if ours && line.contains(&format!("kind={kind}")) && line.contains(" pass ") {
+            let requests = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("requests="))
+                .and_then(|n| n.parse().ok())
+                .expect("a requests field");
+            passes.push((requests, std::mem::take(&mut started)));
+        }
+    }
+    passes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pass_costs_a_fixed_number_of_requests() {
+    let env = setup(MANAGER, "requests", &[("K", "v")], &["--sync-period=3s"]).await;
+    env.cluster("c1", NOOP, vars(&[("greeting", json!("hi"))]))
+        .await;
+    env.machine("m1", "c1", None).await;
+    within(&env, 240, "both applied", || async {
+        let c = env.cluster_status("c1").await.filter(applied)?;
+        let m = env.machine_status("m1").await.filter(applied)?;
+        Some((c, m))
+    })
+    .await;
+    // Once both show as applied, the passes that settled their Jobs are
+    // over: four more passes of each (at --sync-period=3s) are idle ones.
+    let seen = env.manager.log();
+    let before = |kind, name| passes(&seen, kind, name).len();
+    let (c0, m0) = (
+        before("TerraformCluster", "c1"),
+        before("TerraformMachine", "m1"),
+    );
+    let log = within(&env, 60, "four idle passes after the applies", || async {
+        let log = env.manager.log();
+        let more = |kind, name, n0| passes(&log, kind, name).len() >= n0 + 4;
+        (more("TerraformCluster", "c1", c0) && more("TerraformMachine", "m1", m0)).then_some(log)
+    })
+    .await;
+    for ((kind, name, idle), start_at_most) in IDLE.into_iter().zip(START_AT_MOST) {
+        let p = passes(&log, kind, name);
+        let start = p.iter().find(|(_, s)| *s).map(|(n, _)| *n);
+        let last: Vec<u32> = p.iter().rev().take(3).map(|(n, _)| *n).collect();
+        println!("{kind} {name}: every pass {p:?}; start pass {start:?}, idle passes {last:?}");
+        assert_eq!(last, [idle; 3], "{kind} {name}: the idle passes");
+        assert!(
+            start.is_some_and(|n| n <= start_at_most),
+            "{kind} {name}: the start pass made {start:?} requests"
+        );
+    }
+}
