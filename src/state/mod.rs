@@ -28,6 +28,7 @@
 
 pub mod chunks;
 mod envelope;
+mod lexer;
 mod parse;
 mod read;
 
