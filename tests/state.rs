@@ -116,10 +116,23 @@ fn backend_labels(suffix: &str) -> BTreeMap<String, String> {
 /// Writes a Secret with the backend's labels; `payload` None leaves out the
 /// `tfstate` key.
 async fn put(secrets: &Api<Secret>, name: &str, suffix: &str, payload: Option<&[u8]>) {
+    put_in_workspace(secrets, name, suffix, "default", payload).await;
+}
+
+/// [`put`], labelled as the backend labels a state of `workspace`.
+async fn put_in_workspace(
+    secrets: &Api<Secret>,
+    name: &str,
+    suffix: &str,
+    workspace: &str,
+    payload: Option<&[u8]>,
+) {
+    let mut labels = backend_labels(suffix);
+    labels.insert("tfstateWorkspace".into(), workspace.into());
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some(name.into()),
-            labels: Some(backend_labels(suffix)),
+            labels: Some(labels),
             annotations: Some(BTreeMap::from([("encoding".into(), "gzip".into())])),
             ..Default::default()
         },
@@ -709,6 +722,44 @@ async fn chunk_set_variants_are_inconsistent_or_corrupt() {
     );
     assert_eq!(over.reason().as_str(), "StateCorrupt");
     assert_eq!(over.metric_reason(), Some("corrupt"));
+}
+
+#[tokio::test]
+async fn another_workspaces_secrets_are_not_read() {
+    let (_, _, secrets, suffix) = setup("state-workspace").await;
+    let state =
+        gzip(br#"{"version": 4, "serial": 6, "lineage": "l", "outputs": {}, "resources": []}"#);
+    put(
+        &secrets,
+        &names::state_secret(&suffix),
+        &suffix,
+        Some(&state),
+    )
+    .await;
+    // The same suffix in workspace "other": the backend's base Secret for it,
+    // and one named like this state's next chunk.
+    let other =
+        gzip(br#"{"version": 4, "serial": 9, "lineage": "o", "outputs": {}, "resources": []}"#);
+    put_in_workspace(
+        &secrets,
+        &format!("tfstate-other-{suffix}"),
+        &suffix,
+        "other",
+        Some(&other),
+    )
+    .await;
+    put_in_workspace(
+        &secrets,
+        &names::state_chunk(&suffix, 1),
+        &suffix,
+        "other",
+        Some(&other),
+    )
+    .await;
+
+    let read = read_ok(read(&secrets, &suffix).await);
+    assert_eq!((read.serial, read.lineage.as_str()), (6, "l"));
+    assert_eq!(read.compressed_bytes, state.len() as u64);
 }
 
 #[tokio::test]

@@ -212,6 +212,24 @@ single("machine", "provider-id-changed", "TerraformMachine", machine(providerID=
 single("machine", "pool-everything-mutable", "TerraformMachinePool",
        {"source": {"image": IMAGE.replace("v0.1.0", "v0.2.0")}, "providerID": "aws:///asg-2"}, None,
        "pool-mutable", op="UPDATE", old_spec=machine(providerID="aws:///asg-1"))
+# A machine stored without the defaults (created while the webhooks were not
+# registered, or by an older version) reads as defaulted, as the API server
+# reads a CRD's schema defaults: the defaults the mutating webhook adds on its
+# next update (the manager's finalizer patch, say) change nothing. Leaving a
+# default out changes nothing either; another value still does.
+single("machine", "defaults-added-on-update", "TerraformMachine",
+       machine(source={"image": IMAGE, "imagePullPolicy": "IfNotPresent"},
+               variablesFrom=[{"configMapRef": {"name": "vars"}, "optional": False, "format": "String"}]),
+       None, "machine-defaulted", op="UPDATE", old_spec=machine(variablesFrom=[{"configMapRef": {"name": "vars"}}]))
+single("machine", "default-left-out-on-update", "TerraformMachine", machine(), None, "machine-default-left-out",
+       op="UPDATE", old_spec=machine(source={"image": IMAGE, "imagePullPolicy": "IfNotPresent"}))
+single("machine", "pull-policy-set-over-unset", "TerraformMachine",
+       machine(source={"image": IMAGE, "imagePullPolicy": "Always"}), f"spec.source: {MACHINE_RULE}",
+       "machine-pull-policy", op="UPDATE", old_spec=machine())
+single("machine", "variables-from-format-set-over-unset", "TerraformMachine",
+       machine(variablesFrom=[{"configMapRef": {"name": "vars"}, "format": "JSON"}]),
+       f"spec.variablesFrom: {MACHINE_RULE}", "machine-vf-format", op="UPDATE",
+       old_spec=machine(variablesFrom=[{"configMapRef": {"name": "vars"}}]))
 TEMPLATE_RULE = ("spec.template.spec: is immutable after creation: create a new template and point the "
                  "ClusterClass or MachineDeployment at it")
 single("template", "spec-changed", "TerraformMachineTemplate",
@@ -269,6 +287,11 @@ uid = "default-pool"
 case("defaults", "pool-with-drift-interval", "mutate",
      review(uid, "CREATE", obj("TerraformMachinePool", machine(drift={"intervalSeconds": 600}))),
      allowed(uid, patch=[add("/spec/source/imagePullPolicy", "IfNotPresent"), add("/spec/drift/action", "Report")]))
+uid = "default-machine-update"
+stored = obj("TerraformMachine", machine())
+updated = copy.deepcopy(stored); updated["metadata"]["finalizers"] = ["terraformmachine.infrastructure.cluster.x-k8s.io"]
+case("defaults", "machine-stored-without-defaults-updated", "mutate", review(uid, "UPDATE", updated, stored),
+     allowed(uid, patch=[add("/spec/source/imagePullPolicy", "IfNotPresent")]))
 uid = "default-again"
 case("defaults", "already-defaulted", "mutate",
      review(uid, "UPDATE", obj("TerraformCluster", cluster(source={"image": IMAGE, "imagePullPolicy": "IfNotPresent"},

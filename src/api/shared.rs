@@ -116,16 +116,20 @@ pub struct JobPolicy {
     #[schemars(length(min = 1, max = 64))]
     pub env: Option<Vec<EnvVar>>,
 
-    /// Security context of the Job's containers. Unset means seccomp
-    /// RuntimeDefault, all capabilities dropped, no privilege escalation and
-    /// a read-only root filesystem. Privileged containers, privilege
-    /// escalation and added capabilities are rejected. A value replaces the
-    /// default as a whole.
+    /// Security context of the Job's main container. The defaults are
+    /// seccomp RuntimeDefault, all capabilities dropped, no privilege
+    /// escalation and a read-only root filesystem; a value is merged over
+    /// them field by field, so only the fields it sets change (capabilities
+    /// is one field). For machines and pools it replaces the cluster
+    /// defaults' as a whole. Privileged containers, privilege escalation and
+    /// added capabilities are rejected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub security_context: Option<SecurityContext>,
 
-    /// Security context of the Job's pod. Unset means seccomp RuntimeDefault
-    /// and fsGroup 65532. A value replaces the default as a whole.
+    /// Security context of the Job's pod. The defaults are seccomp
+    /// RuntimeDefault and fsGroup 65532 (the group that reads the Secret
+    /// volumes); a value is merged over them field by field. For machines
+    /// and pools it replaces the cluster defaults' as a whole.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_security_context: Option<PodSecurityContext>,
 }

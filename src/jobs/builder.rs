@@ -431,7 +431,7 @@ mod tests {
     use std::path::PathBuf;
 
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
-    use k8s_openapi::api::core::v1::LocalObjectReference;
+    use k8s_openapi::api::core::v1::{LocalObjectReference, PodSecurityContext};
     use serde_json::json;
 
     use super::*;
@@ -653,6 +653,41 @@ mod tests {
                 "machine-cluster-defaults",
                 Case {
                     settings: resolve(Some(&machine_policy), Some(&cluster_defaults)),
+                    ..Case::default()
+                },
+            ),
+            // A user context sets only its users: the hardened defaults stay.
+            (
+                "security-context",
+                Case {
+                    settings: resolve(
+                        Some(&JobPolicy {
+                            security_context: Some(SecurityContext {
+                                run_as_user: Some(1000),
+                                run_as_non_root: Some(true),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }),
+                        None,
+                    ),
+                    ..Case::default()
+                },
+            ),
+            (
+                "pod-security-context",
+                Case {
+                    settings: resolve(
+                        None,
+                        Some(&JobPolicy {
+                            pod_security_context: Some(PodSecurityContext {
+                                run_as_user: Some(1000),
+                                run_as_group: Some(1000),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        }),
+                    ),
                     ..Case::default()
                 },
             ),

@@ -1,5 +1,10 @@
 //! The effective Job policy (ref §1.2): the object's `spec.jobs` over its
 //! cluster's `spec.defaults.jobs` over the built-in defaults. Pure.
+//!
+//! Between the object and its cluster's defaults, `resources` and the two
+//! security contexts are taken whole; the context taken is then merged field
+//! by field over the built-in hardened one, so that no user value drops a
+//! default it does not set.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -66,10 +71,42 @@ pub fn resolve(own: Option<&JobPolicy>, cluster_defaults: Option<&JobPolicy>) ->
             .into_iter()
             .filter(|var| !is_reserved_env(&var.name))
             .collect(),
-        security_context: pick(o, d, |p| p.security_context.clone())
-            .unwrap_or_else(default_security_context),
-        pod_security_context: pick(o, d, |p| p.pod_security_context.clone())
-            .unwrap_or_else(default_pod_security_context),
+        security_context: over_default_security_context(
+            pick(o, d, |p| p.security_context.clone()).unwrap_or_default(),
+        ),
+        pod_security_context: over_default_pod_security_context(
+            pick(o, d, |p| p.pod_security_context.clone()).unwrap_or_default(),
+        ),
+    }
+}
+
+/// `user` over [`default_security_context`], field by field: a user who sets
+/// only `runAsUser` keeps the read-only root filesystem, the dropped
+/// capabilities and the seccomp profile. `capabilities` is one field, so a
+/// user value replaces the default drop-ALL whole (ref §1.2).
+fn over_default_security_context(user: SecurityContext) -> SecurityContext {
+    let default = default_security_context();
+    SecurityContext {
+        allow_privilege_escalation: user
+            .allow_privilege_escalation
+            .or(default.allow_privilege_escalation),
+        capabilities: user.capabilities.or(default.capabilities),
+        read_only_root_filesystem: user
+            .read_only_root_filesystem
+            .or(default.read_only_root_filesystem),
+        seccomp_profile: user.seccomp_profile.or(default.seccomp_profile),
+        ..user
+    }
+}
+
+/// `user` over [`default_pod_security_context`], field by field: without
+/// fsGroup a non-root user could not read the 0440 Secret volumes.
+fn over_default_pod_security_context(user: PodSecurityContext) -> PodSecurityContext {
+    let default = default_pod_security_context();
+    PodSecurityContext {
+        fs_group: user.fs_group.or(default.fs_group),
+        seccomp_profile: user.seccomp_profile.or(default.seccomp_profile),
+        ..user
     }
 }
 
@@ -405,38 +442,206 @@ mod tests {
     }
 
     #[test]
-    fn contexts_and_resources_are_replaced_whole() {
+    fn resources_are_replaced_whole() {
         let resources = ResourceRequirements {
             limits: Some(BTreeMap::from([("cpu".to_owned(), Quantity("1".into()))])),
             ..Default::default()
         };
-        let security = SecurityContext {
-            run_as_non_root: Some(true),
-            ..Default::default()
-        };
-        let pod = PodSecurityContext {
-            run_as_user: Some(1000),
-            ..Default::default()
-        };
         let own = JobPolicy {
             resources: Some(resources.clone()),
-            security_context: Some(security.clone()),
             ..Default::default()
         };
         let defaults = JobPolicy {
             resources: Some(ResourceRequirements::default()),
-            security_context: Some(SecurityContext::default()),
-            pod_security_context: Some(pod.clone()),
             ..Default::default()
         };
-        let s = resolve(Some(&own), Some(&defaults));
         // Not merged field by field with the defaults: the object's value as
-        // it is, without memory requests or the default drop-ALL.
-        assert_eq!(s.resources, resources);
-        assert_eq!(s.security_context, security);
-        assert_eq!(s.pod_security_context, pod);
-        let s = resolve(None, Some(&defaults));
-        assert_eq!(s.resources, ResourceRequirements::default());
-        assert_eq!(s.security_context, SecurityContext::default());
+        // it is, without memory requests.
+        assert_eq!(resolve(Some(&own), Some(&defaults)).resources, resources);
+        assert_eq!(
+            resolve(None, Some(&defaults)).resources,
+            ResourceRequirements::default()
+        );
+    }
+
+    fn seccomp(type_: &str, profile: Option<&str>) -> SeccompProfile {
+        SeccompProfile {
+            type_: type_.into(),
+            localhost_profile: profile.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn security_context_is_merged_field_by_field_over_the_hardened_defaults() {
+        let policy = |context: SecurityContext| JobPolicy {
+            security_context: Some(context),
+            ..Default::default()
+        };
+        let hardened = default_security_context();
+        let user = |uid: i64| SecurityContext {
+            run_as_user: Some(uid),
+            ..Default::default()
+        };
+        let drop_net_raw = Capabilities {
+            drop: Some(vec!["NET_RAW".into()]),
+            ..Default::default()
+        };
+        let localhost = seccomp("Localhost", Some("profiles/runner.json"));
+        // (own, defaults) -> the container's context
+        let table: Vec<(Option<JobPolicy>, Option<JobPolicy>, SecurityContext)> = vec![
+            (None, None, hardened.clone()),
+            (
+                Some(policy(SecurityContext::default())),
+                None,
+                hardened.clone(),
+            ),
+            // A field the user sets wins for that field only.
+            (
+                Some(policy(user(1000))),
+                None,
+                SecurityContext {
+                    run_as_user: Some(1000),
+                    ..hardened.clone()
+                },
+            ),
+            (
+                Some(policy(SecurityContext {
+                    read_only_root_filesystem: Some(false),
+                    run_as_non_root: Some(true),
+                    ..Default::default()
+                })),
+                None,
+                SecurityContext {
+                    read_only_root_filesystem: Some(false),
+                    run_as_non_root: Some(true),
+                    ..hardened.clone()
+                },
+            ),
+            // capabilities and seccompProfile are fields: a user value
+            // replaces the default's whole (ref §1.2).
+            (
+                Some(policy(SecurityContext {
+                    capabilities: Some(drop_net_raw.clone()),
+                    seccomp_profile: Some(localhost.clone()),
+                    ..Default::default()
+                })),
+                None,
+                SecurityContext {
+                    capabilities: Some(drop_net_raw),
+                    seccomp_profile: Some(localhost),
+                    ..hardened.clone()
+                },
+            ),
+            // The cluster's defaults, when the object sets no context.
+            (
+                None,
+                Some(policy(SecurityContext {
+                    run_as_group: Some(2000),
+                    ..Default::default()
+                })),
+                SecurityContext {
+                    run_as_group: Some(2000),
+                    ..hardened.clone()
+                },
+            ),
+            // The object's context replaces the cluster's whole, then is
+            // merged over the built-in defaults.
+            (
+                Some(policy(user(1000))),
+                Some(policy(SecurityContext {
+                    run_as_group: Some(2000),
+                    read_only_root_filesystem: Some(false),
+                    ..Default::default()
+                })),
+                SecurityContext {
+                    run_as_user: Some(1000),
+                    ..hardened.clone()
+                },
+            ),
+        ];
+        for (o, d, want) in table {
+            let got = resolve(o.as_ref(), d.as_ref()).security_context;
+            assert_eq!(got, want, "{o:?} over {d:?}");
+        }
+    }
+
+    #[test]
+    fn pod_security_context_is_merged_field_by_field_over_the_defaults() {
+        let policy = |context: PodSecurityContext| JobPolicy {
+            pod_security_context: Some(context),
+            ..Default::default()
+        };
+        let defaults = default_pod_security_context();
+        let localhost = seccomp("Localhost", Some("profiles/pod.json"));
+        // (own, defaults) -> the pod's context
+        let table: Vec<(Option<JobPolicy>, Option<JobPolicy>, PodSecurityContext)> = vec![
+            (None, None, defaults.clone()),
+            (
+                Some(policy(PodSecurityContext::default())),
+                None,
+                defaults.clone(),
+            ),
+            // A non-root user without fsGroup still reads the 0440 Secret
+            // volumes through the default group.
+            (
+                Some(policy(PodSecurityContext {
+                    run_as_user: Some(1000),
+                    run_as_group: Some(1000),
+                    run_as_non_root: Some(true),
+                    ..Default::default()
+                })),
+                None,
+                PodSecurityContext {
+                    run_as_user: Some(1000),
+                    run_as_group: Some(1000),
+                    run_as_non_root: Some(true),
+                    ..defaults.clone()
+                },
+            ),
+            (
+                Some(policy(PodSecurityContext {
+                    fs_group: Some(2000),
+                    seccomp_profile: Some(localhost.clone()),
+                    ..Default::default()
+                })),
+                None,
+                PodSecurityContext {
+                    fs_group: Some(2000),
+                    seccomp_profile: Some(localhost),
+                    ..Default::default()
+                },
+            ),
+            (
+                None,
+                Some(policy(PodSecurityContext {
+                    supplemental_groups: Some(vec![5]),
+                    ..Default::default()
+                })),
+                PodSecurityContext {
+                    supplemental_groups: Some(vec![5]),
+                    ..defaults.clone()
+                },
+            ),
+            // The object's context replaces the cluster's whole: the
+            // cluster's fsGroup is not kept, the built-in one is.
+            (
+                Some(policy(PodSecurityContext {
+                    run_as_user: Some(1000),
+                    ..Default::default()
+                })),
+                Some(policy(PodSecurityContext {
+                    fs_group: Some(3000),
+                    ..Default::default()
+                })),
+                PodSecurityContext {
+                    run_as_user: Some(1000),
+                    ..defaults.clone()
+                },
+            ),
+        ];
+        for (o, d, want) in table {
+            let got = resolve(o.as_ref(), d.as_ref()).pod_security_context;
+            assert_eq!(got, want, "{o:?} over {d:?}");
+        }
     }
 }

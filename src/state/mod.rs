@@ -28,6 +28,7 @@
 
 pub mod chunks;
 mod envelope;
+mod lexer;
 mod parse;
 mod read;
 
@@ -62,9 +63,11 @@ pub fn near_secret_limit(compressed_bytes: u64) -> bool {
     compressed_bytes > NEAR_SECRET_LIMIT
 }
 
-/// The label selector of the backend's state Secrets for `suffix`.
+/// The label selector of the backend's state Secrets for `suffix`. The
+/// backend labels each Secret with its workspace too; CAPTF's state is
+/// always in `default`, and another workspace's Secrets are not its chunks.
 pub fn label_selector(suffix: &str) -> String {
-    format!("tfstate=true,tfstateSecretSuffix={suffix}")
+    format!("tfstate=true,tfstateSecretSuffix={suffix},tfstateWorkspace=default")
 }
 
 /// What CAPTF reads from a state.
@@ -496,7 +499,7 @@ mod tests {
     fn label_selector_is_the_backends() {
         assert_eq!(
             label_selector("abc-m"),
-            "tfstate=true,tfstateSecretSuffix=abc-m"
+            "tfstate=true,tfstateSecretSuffix=abc-m,tfstateWorkspace=default"
         );
     }
 }

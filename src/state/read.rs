@@ -12,6 +12,7 @@ use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 
 use flate2::bufread::MultiGzDecoder;
 
+use super::lexer::{Blocks, Source};
 use super::{Corruption, MAX_DECOMPRESSED, State, Unreadable, envelope, parse};
 
 /// The size of a decompressed block.
@@ -58,15 +59,6 @@ pub fn read_chunks(chunks: &[&[u8]]) -> Result<State, Unreadable> {
         compressed_bytes,
         decompressed_bytes,
     })
-}
-
-/// Where the parser's blocks come from.
-pub(super) trait Blocks {
-    /// Puts the next block of the stream at the start of `block` and
-    /// returns its length, 0 at the end. A block is checked: within the cap,
-    /// and UTF-8 (a character cut by a block's end is checked with the next
-    /// block).
-    fn next(&mut self, block: &mut Vec<u8>) -> Result<usize, Corruption>;
 }
 
 /// Inflates on the calling thread.
@@ -273,78 +265,6 @@ impl BufRead for Concat<'_> {
 
     fn consume(&mut self, n: usize) {
         self.pos += n;
-    }
-}
-
-/// Decompressed bytes, one block at a time, for the parser, which scans
-/// `buf[pos..end]` and calls [`Source::refill`] when it reaches `end`.
-///
-/// While capturing (an output's value), the bytes the parser passes are
-/// copied out.
-pub(super) struct Source<B> {
-    blocks: B,
-    pub(super) buf: Vec<u8>,
-    pub(super) pos: usize,
-    pub(super) end: usize,
-    /// The offset of `buf[0]` in the decompressed stream.
-    base: u64,
-    capturing: bool,
-    capture_from: usize,
-    captured: Vec<u8>,
-}
-
-impl<B: Blocks> Source<B> {
-    pub(super) fn new(blocks: B) -> Self {
-        Source {
-            blocks,
-            buf: Vec::new(),
-            pos: 0,
-            end: 0,
-            base: 0,
-            capturing: false,
-            capture_from: 0,
-            captured: Vec::new(),
-        }
-    }
-
-    /// The offset of `pos` in the decompressed stream, for error messages.
-    pub(super) fn offset(&self) -> u64 {
-        self.base + self.pos as u64
-    }
-
-    /// How many decompressed bytes have been passed to the parser.
-    pub(super) fn total(&self) -> u64 {
-        self.base + self.end as u64
-    }
-
-    /// Takes the next block once the parser has passed the current one
-    /// (`pos == end`). False at the end of the stream.
-    pub(super) fn refill(&mut self) -> Result<bool, Corruption> {
-        if self.capturing {
-            self.captured
-                .extend_from_slice(&self.buf[self.capture_from..self.end]);
-            self.capture_from = 0;
-        }
-        self.base += self.end as u64;
-        self.pos = 0;
-        self.end = 0;
-        self.end = self.blocks.next(&mut self.buf)?;
-        Ok(self.end > 0)
-    }
-
-    /// Starts copying out the bytes the parser passes, from `pos`.
-    pub(super) fn start_capture(&mut self) {
-        self.capturing = true;
-        self.capture_from = self.pos;
-        self.captured.clear();
-    }
-
-    /// Stops copying and returns what was copied.
-    pub(super) fn finish_capture(&mut self) -> Vec<u8> {
-        self.captured
-            .extend_from_slice(&self.buf[self.capture_from..self.pos]);
-        self.capturing = false;
-        std::mem::take(&mut self.captured)
     }
 }
 

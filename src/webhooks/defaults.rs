@@ -14,6 +14,12 @@
 //! The patch is computed over the raw JSON so that it adds exactly the
 //! missing fields and nothing else; applying the webhook to its own output
 //! gives an empty patch.
+//!
+//! It is applied on UPDATE too, so an object stored without a default
+//! (created while the webhooks were not registered, or by a version without
+//! it) gets it on its next write. Validation reads both objects through
+//! [`defaulted`], as the API server reads a CRD's schema defaults, so that an
+//! unset field and its default are one value for the immutability rules.
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
@@ -74,6 +80,13 @@ pub fn defaults(kind: &str, object: &Value) -> Vec<PatchOperation> {
     ops
 }
 
+/// `object` with the patch of [`defaults`] applied.
+pub fn defaulted(kind: &str, object: &Value) -> Result<Value, json_patch::PatchError> {
+    let mut out = object.clone();
+    json_patch::patch(&mut out, &defaults(kind, object))?;
+    Ok(out)
+}
+
 fn add(tokens: &[&str], value: Value) -> PatchOperation {
     PatchOperation::Add(AddOperation {
         path: PointerBuf::from_tokens(tokens.iter().copied()),
@@ -86,9 +99,7 @@ mod tests {
     use super::*;
 
     fn defaulted(kind: &str, object: &Value) -> Value {
-        let mut out = object.clone();
-        json_patch::patch(&mut out, &defaults(kind, object)).unwrap();
-        out
+        super::defaulted(kind, object).unwrap()
     }
 
     #[test]

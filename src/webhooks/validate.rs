@@ -8,6 +8,7 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::defaults::defaulted;
 use super::rules::{self, Violation};
 use crate::api::{
     JobPolicy, TerraformCluster, TerraformClusterIdentity, TerraformClusterTemplate,
@@ -79,14 +80,20 @@ pub fn validate(review: &Review<'_>) -> Verdict {
 
 type Rule<T> = fn(&T, Option<&T>, &Review<'_>, &mut Verdict);
 
-/// Decodes the new and old objects, then applies `rule`.
+/// Decodes the new and old objects, each as defaulting leaves it, then
+/// applies `rule`. Read so, an object stored without a default (created
+/// while the webhooks were not registered) is not changed by the default the
+/// mutating webhook adds on its next update, the manager's finalizer patch
+/// included.
 fn typed<T: DeserializeOwned>(
     review: &Review<'_>,
     verdict: &mut Verdict,
     rule: Rule<T>,
 ) -> Result<(), Violation> {
     let decode = |value: &Value| {
-        serde_json::from_value::<T>(value.clone()).map_err(|e| {
+        let value = defaulted(review.kind, value)
+            .map_err(|e| Violation::invalid("object", format!("cannot be defaulted: {e}"), None))?;
+        serde_json::from_value::<T>(value).map_err(|e| {
             Violation::invalid(
                 "object",
                 format!("does not match the {} schema: {e}", review.kind),
