@@ -820,14 +820,23 @@ async fn no_backup_is_taken_while_deleting() {
     // Several passes at --sync-period=2s.
     tokio::time::sleep(Duration::from_secs(8)).await;
     let status = env.cluster_status("c").await.unwrap();
-    assert_eq!(status.observed_state_serial, Some(observed), "{}", env.context());
+    assert_eq!(
+        status.observed_state_serial,
+        Some(observed),
+        "{}",
+        env.context()
+    );
     let next_backup = names::backup_secret(&suffix, u64::try_from(next).unwrap());
     assert!(
         env.secrets().get_opt(&next_backup).await.unwrap().is_none(),
         "{next_backup} was taken while deleting"
     );
-    assert!(env.events("StateBackedUp").await.iter().all(|e| !e
-        .note
-        .as_deref()
-        .is_some_and(|n| n.contains(&format!("serial {next} "))));
+    let backed_up = env.events("StateBackedUp").await;
+    assert!(
+        backed_up.iter().all(|e| !e
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains(&format!("serial {next} ")))),
+        "serial {next} was backed up while deleting"
+    );
 }

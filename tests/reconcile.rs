@@ -1329,7 +1329,7 @@ async fn a_restored_backup_without_an_inputs_hash_is_adopted() {
     let serial = applied_and_backed_up::<TerraformCluster>(&env, "c", 1).await;
     let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
     let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
-    let backup = names::backup_secret(&suffix, u64::try_from(serial).unwrap());
+    let backup = names::backup_secret(&suffix, serial);
     secrets
         .patch(
             &backup,

@@ -15,15 +15,13 @@ use tracing::warn;
 
 use super::defaults::defaults;
 use super::rules::{self, Violation};
-use super::validate::{Operation, Review, Verdict, validate};
+use super::validate::{Review, Verb, Verdict, validate};
 use crate::api::{
     IdentityReference, TerraformCluster, TerraformClusterIdentity, TerraformMachine,
     TerraformMachinePool,
 };
+use crate::keys::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE};
 use crate::server::webhook::AdmissionHandler;
-
-const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
-const DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 
 /// The validating and defaulting webhooks. Without a client, the rules that
 /// need the API server deny what they cannot check.
@@ -46,11 +44,11 @@ impl Webhooks {
     }
 }
 
-fn operation(request: &AdmissionRequest<DynamicObject>) -> Option<Operation> {
+fn verb(request: &AdmissionRequest<DynamicObject>) -> Option<Verb> {
     match request.operation {
-        AdmissionOperation::Create => Some(Operation::Create),
-        AdmissionOperation::Update => Some(Operation::Update),
-        AdmissionOperation::Delete => Some(Operation::Delete),
+        AdmissionOperation::Create => Some(Verb::Create),
+        AdmissionOperation::Update => Some(Verb::Update),
+        AdmissionOperation::Delete => Some(Verb::Delete),
         AdmissionOperation::Connect => None,
     }
 }
@@ -93,12 +91,12 @@ impl AdmissionHandler for Webhooks {
                 to_value(request.old_object.as_ref())?,
             ))
         })();
-        match (operation(request), decoded) {
+        match (verb(request), decoded) {
             (None, _) => {}
             (_, Err(violation)) => verdict.violations.push(violation),
             (Some(op), Ok((object, old_object))) => {
                 let review = Review {
-                    operation: op,
+                    verb: op,
                     kind: &request.kind.kind,
                     object: object.as_ref(),
                     old_object: old_object.as_ref(),
@@ -149,12 +147,12 @@ impl Webhooks {
         request: &AdmissionRequest<DynamicObject>,
         review: &Review<'_>,
     ) -> Result<(), Violation> {
-        match (review.kind, review.operation) {
-            ("TerraformClusterIdentity", Operation::Create | Operation::Update) => {
+        match (review.kind, review.verb) {
+            ("TerraformClusterIdentity", Verb::Create | Verb::Update) => {
                 self.identity_secret_readable(request, review).await
             }
-            ("TerraformClusterIdentity", Operation::Delete) => self.identity_unused(review).await,
-            ("TerraformMachine", Operation::Delete) => self.machine_deletable(review).await,
+            ("TerraformClusterIdentity", Verb::Delete) => self.identity_unused(review).await,
+            ("TerraformMachine", Verb::Delete) => self.machine_deletable(review).await,
             _ => Ok(()),
         }
     }

@@ -16,13 +16,13 @@ use crate::api::{
     WorkspaceSpec,
 };
 use crate::image_ref::ImageRef;
+use crate::keys::RESTORE_STATE;
 use crate::names::Kind;
 
-/// The annotation that asks for a restore.
-pub const RESTORE_STATE: &str = "captf.io/restore-state";
-
+/// What the request does to the object (the AdmissionReview's operation;
+/// not a Job's [`crate::names::Op`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Operation {
+pub enum Verb {
     Create,
     Update,
     Delete,
@@ -31,7 +31,7 @@ pub enum Operation {
 /// What the rules see of an AdmissionReview.
 #[derive(Clone, Copy, Debug)]
 pub struct Review<'a> {
-    pub operation: Operation,
+    pub verb: Verb,
     pub kind: &'a str,
     pub object: Option<&'a Value>,
     pub old_object: Option<&'a Value>,
@@ -54,7 +54,7 @@ impl Verdict {
 /// Applies every rule that needs nothing but the review itself.
 pub fn validate(review: &Review<'_>) -> Verdict {
     let mut verdict = Verdict::default();
-    if review.operation == Operation::Delete {
+    if review.verb == Verb::Delete {
         // Deletion rules need the API server: see the handler.
         return verdict;
     }
@@ -379,8 +379,8 @@ fn restore_state(
     v: &mut Verdict,
 ) {
     let value = new.and_then(|a| a.get(RESTORE_STATE)).map(String::as_str);
-    let (old_value, serials) = match (review.operation, old) {
-        (Operation::Update, Some((annotations, serials))) => (
+    let (old_value, serials) = match (review.verb, old) {
+        (Verb::Update, Some((annotations, serials))) => (
             Some(
                 annotations
                     .and_then(|a| a.get(RESTORE_STATE))

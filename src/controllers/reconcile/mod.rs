@@ -123,7 +123,7 @@ async fn pass<K: Workload>(obj: &K, ctx: &Context) -> Result<Action, Error> {
         Lifecycle::Live => false,
         Lifecycle::Deleting => true,
     };
-    let observed = observe::observe(&ctx, obj, &o, deleting).await?;
+    let observed = observe::observe(ctx, obj, &o, deleting).await?;
     let plan = decide(
         obj,
         &o,
@@ -132,7 +132,7 @@ async fn pass<K: Workload>(obj: &K, ctx: &Context) -> Result<Action, Error> {
         Timestamp::now(),
         deleting,
     );
-    act::act(&ctx, obj, &o, plan, deleting).await
+    act::act(ctx, obj, &o, plan, deleting).await
 }
 
 /// The whole decision of a pass, from what it observed. Pure.
