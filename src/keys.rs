@@ -99,6 +99,16 @@ pub const MOVE_HIERARCHY_LABEL: &str = "clusterctl.cluster.x-k8s.io/move-hierarc
 /// clusterctl's mark on an object it deletes as part of a move.
 pub const DELETE_FOR_MOVE: &str = "clusterctl.cluster.x-k8s.io/delete-for-move";
 
+/// CAPTF's finalizer on what a destroy or a restore needs: the base state
+/// Secret, the lock Lease, the backup sets, the durable inputs and the
+/// credentials mirror. A namespace deletion (or a `kubectl delete`) cannot
+/// take them before CAPTF has destroyed or abandoned the object; cleanup,
+/// the namespace sweep and the README's manual recovery remove it.
+pub const PROTECTION: &str = "captf.io/protection";
+/// `"true"` on everything that carries [`PROTECTION`], so that the sweep
+/// finds them.
+pub const PROTECTED_LABEL: &str = "captf.io/protected";
+
 /// The finalizer of each workload kind (ref §2.4).
 pub const fn finalizer(kind: Kind) -> &'static str {
     match kind {

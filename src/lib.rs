@@ -14,6 +14,7 @@ pub mod keys;
 pub mod locks;
 pub mod metrics;
 pub mod names;
+pub mod protection;
 pub mod role;
 pub mod runner;
 pub mod server;

@@ -13,7 +13,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -53,11 +53,6 @@ async fn once(env: &Env, reason: &str, kind: Kind, name: &str) -> Event {
     .await;
     assert_eq!(occurrences(&events), 1, "{reason} about {name}: {events:?}");
     events.into_iter().next().unwrap()
-}
-
-/// The destroy Jobs of an object the watch saw, oldest first.
-fn destroys(jobs: &JobsSeen, kind: Kind, name: &str) -> Vec<(String, Timestamp)> {
-    jobs.named(&format!("captf-{}-{name}-destroy-", kind.short()))
 }
 
 /// How often `reason` happened to an object.
@@ -151,7 +146,7 @@ async fn deleting_an_applied_machine_destroys_then_cleans_up() {
     .await;
 
     // One destroy, init then destroy, whose success is the last status.
-    let destroyed = destroys(&jobs, Kind::Machine, "m");
+    let destroyed = jobs.destroys(Kind::Machine, "m");
     assert_eq!(destroyed.len(), 1, "{destroyed:?}");
     let runs = statuses.runs("-destroy-");
     assert_eq!(runs.len(), 1, "{runs:?}");
@@ -384,7 +379,7 @@ async fn a_destroy_that_fails_twice_then_succeeds_keeps_the_state_until_it_does(
         statuses.deleted().then_some(())
     })
     .await;
-    assert_eq!(destroys(&jobs, Kind::Machine, "m").len(), 3);
+    assert_eq!(jobs.destroys(Kind::Machine, "m").len(), 3);
     let runs = statuses.runs("-destroy-");
     let errors: Vec<bool> = runs.iter().map(|r| r.error.is_some()).collect();
     assert_eq!(errors, [true, true, false], "{runs:?}");
@@ -437,8 +432,8 @@ async fn a_cluster_deleted_before_its_machines_waits_for_them() {
     })
     .await;
     env.wait_gone::<TerraformCluster>(240, "c").await;
-    assert_eq!(destroys(&jobs, Kind::Machine, "m").len(), 1);
-    let cluster_destroys = destroys(&jobs, Kind::Cluster, "c");
+    assert_eq!(jobs.destroys(Kind::Machine, "m").len(), 1);
+    let cluster_destroys = jobs.destroys(Kind::Cluster, "c");
     assert_eq!(cluster_destroys.len(), 1, "{cluster_destroys:?}");
     // Creation times are whole seconds.
     let machine_done = once(&env, "FinalizerRemoved", Kind::Machine, "m").await;
@@ -488,7 +483,7 @@ async fn a_machine_whose_cluster_is_gone_destroys_with_its_recorded_identity() {
     let jobs = JobsSeen::watch(&env);
     env.delete::<TerraformMachine>("m").await;
     env.wait_gone::<TerraformMachine>(240, "m").await;
-    let destroyed = destroys(&jobs, Kind::Machine, "m");
+    let destroyed = jobs.destroys(Kind::Machine, "m");
     assert_eq!(destroyed.len(), 1, "{destroyed:?}");
     once(&env, "Destroyed", Kind::Machine, "m").await;
     cleaned_up(&env, Kind::Machine, "m").await;
@@ -528,7 +523,7 @@ async fn a_corrupt_state_at_deletion_holds_until_restored_then_destroys() {
         .await
         .unwrap();
     env.wait_gone::<TerraformMachine>(240, "m").await;
-    assert_eq!(destroys(&jobs, Kind::Machine, "m").len(), 1);
+    assert_eq!(jobs.destroys(Kind::Machine, "m").len(), 1);
     once(&env, "Destroyed", Kind::Machine, "m").await;
     cleaned_up(&env, Kind::Machine, "m").await;
 }
@@ -538,10 +533,7 @@ async fn a_lost_state_at_deletion_holds_until_abandoned() {
     let env = setup(MANAGER, "del-lost", &[], &[]).await;
     let machine = applied_pair(&env, None).await;
     for chunk in env.state_secrets(&env.suffix(Kind::Machine, "m")).await {
-        env.secrets()
-            .delete(&chunk, &DeleteParams::default())
-            .await
-            .unwrap();
+        env.lose_secret(&chunk).await;
     }
     let jobs = JobsSeen::watch(&env);
     env.delete::<TerraformMachine>("m").await;
@@ -581,7 +573,7 @@ async fn a_lost_state_at_deletion_holds_until_abandoned() {
         .await
         .unwrap();
     env.wait_gone::<TerraformMachine>(60, "m").await;
-    assert_eq!(destroys(&jobs, Kind::Machine, "m"), []);
+    assert_eq!(jobs.destroys(Kind::Machine, "m"), []);
     assert!(env.jobs_named("captf-m-m-destroy-").await.is_empty());
     let event = once(&env, "InfrastructureAbandoned", Kind::Machine, "m").await;
     assert_eq!(event.type_.as_deref(), Some("Warning"));
@@ -755,7 +747,7 @@ async fn a_manager_killed_mid_cleanup_finishes_it_after_a_restart() {
     keep.remove().await;
     env.restart_manager(&[]).await;
     env.wait_gone::<TerraformMachine>(120, "m").await;
-    let destroyed = destroys(&jobs, Kind::Machine, "m");
+    let destroyed = jobs.destroys(Kind::Machine, "m");
     assert_eq!(destroyed.len(), 1, "{destroyed:?}");
     once(&env, "Destroyed", Kind::Machine, "m").await;
     once(&env, "FinalizerRemoved", Kind::Machine, "m").await;

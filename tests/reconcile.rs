@@ -1268,10 +1268,7 @@ async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
     );
 
     // The state Secret is deleted by hand, and the backup restored.
-    secrets
-        .delete(&names::state_secret(&suffix), &Default::default())
-        .await
-        .unwrap();
+    env.lose_secret(&names::state_secret(&suffix)).await;
     clusters
         .patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": serial.to_string()}}})))
         .await
@@ -1338,10 +1335,7 @@ async fn a_restored_backup_without_an_inputs_hash_is_adopted() {
         )
         .await
         .unwrap();
-    secrets
-        .delete(&names::state_secret(&suffix), &Default::default())
-        .await
-        .unwrap();
+    env.lose_secret(&names::state_secret(&suffix)).await;
     Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns)
         .patch(
             "c",

@@ -364,6 +364,7 @@ async fn subjects_no_object_uses_are_pruned() {
         Swept {
             deleted: vec![],
             pruned: vec!["builder".into()],
+            released: vec![],
         }
     );
     assert_eq!(

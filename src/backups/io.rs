@@ -7,6 +7,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use super::{BACKUP_DIGEST, BACKUP_LABEL, BACKUP_SET, BACKUP_SUFFIX_LABEL, BackupSet, annotation};
 use crate::error::{Categorized, Category, kube_category};
 use crate::names;
+use crate::protection;
 
 /// A failure to take, list or delete backups.
 #[derive(Debug, thiserror::Error)]
@@ -126,9 +127,8 @@ async fn remove_partial(
         }
     }
     for name in doomed {
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(error) if is_status(&error, 404) => {}
+        match protection::release_and_delete(api, &name, &DeleteParams::default()).await {
+            Ok(()) => {}
             Err(source) => {
                 return BackupError::Cleanup {
                     cause: Box::new(cause),
@@ -180,10 +180,10 @@ pub async fn delete_serials(
         {
             continue;
         }
-        match api.delete(&name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(error) if is_status(&error, 404) => {}
-            Err(source) => return Err(BackupError::Delete { name, source }),
+        if let Err(source) =
+            protection::release_and_delete(api, &name, &DeleteParams::default()).await
+        {
+            return Err(BackupError::Delete { name, source });
         }
     }
     Ok(())

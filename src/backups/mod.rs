@@ -30,6 +30,7 @@ use crate::keys::{
     INPUTS_HASH, MOVE_LABEL,
 };
 use crate::names::{self, Kind};
+use crate::protection;
 use crate::state::chunks::{ChunkSecret, assemble};
 use crate::state::{State, StateReadable, TFSTATE_KEY, Unreadable};
 
@@ -201,14 +202,17 @@ pub fn plan_backup(
         {
             annotations.insert(INPUTS_HASH.into(), hash.clone());
         }
+        let mut metadata = ObjectMeta {
+            name: Some(names::backup_chunk(suffix, state.serial, index)),
+            labels: Some(labels.clone()),
+            annotations: Some(annotations),
+            owner_references: Some(vec![reference.clone()]),
+            ..Default::default()
+        };
+        // Collected with the object, but never before its cleanup.
+        protection::protect(&mut metadata);
         secrets.push(Secret {
-            metadata: ObjectMeta {
-                name: Some(names::backup_chunk(suffix, state.serial, index)),
-                labels: Some(labels.clone()),
-                annotations: Some(annotations),
-                owner_references: Some(vec![reference.clone()]),
-                ..Default::default()
-            },
+            metadata,
             data: source.data.clone(),
             type_: Some("Opaque".into()),
             ..Default::default()
@@ -221,6 +225,19 @@ pub fn plan_backup(
         set_id,
         secrets,
     })
+}
+
+/// Sets (or, with None, removes) the inputs hash on chunk 0 of `set`: the
+/// hash of the state it copies, when that was adopted after it was read.
+pub fn record_inputs_hash(set: &mut BackupSet, hash: Option<&str>) {
+    let Some(first) = set.secrets.first_mut() else {
+        return;
+    };
+    let annotations = first.metadata.annotations.get_or_insert_default();
+    match hash {
+        Some(h) => annotations.insert(INPUTS_HASH.to_owned(), h.to_owned()),
+        None => annotations.remove(INPUTS_HASH),
+    };
 }
 
 /// One backup set as listed.

@@ -397,3 +397,29 @@ fn a_restore_request_names_a_complete_set_once() {
         assert_eq!(request(raw, S, existing, failed), want, "{what}");
     }
 }
+
+#[test]
+fn a_set_records_the_inputs_hash_adopted_after_its_read() {
+    let mut set = plan(2, &[source(0, b"a"), source(1, b"b")]).unwrap();
+    record_inputs_hash(&mut set, Some("h2:new"));
+    assert_eq!(annot(&set.secrets[0], INPUTS_HASH), "h2:new");
+    assert!(
+        set.secrets[1]
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .get(INPUTS_HASH)
+            .is_none()
+    );
+    record_inputs_hash(&mut set, None);
+    assert!(
+        set.secrets[0]
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .get(INPUTS_HASH)
+            .is_none()
+    );
+}

@@ -6,8 +6,10 @@
 
 use super::conditions::{Cond, STATE_READABLE, Status};
 use super::decide::StateFact;
+use crate::api::WorkspaceStatus;
 use crate::locks::Verdict;
 use crate::metrics::StateReadError;
+use crate::names::Op;
 use crate::state::StateReadable;
 
 /// What the assessment looks at.
@@ -54,6 +56,16 @@ pub struct Assessment {
     pub entered_unreadable: bool,
     /// The StateNearSecretLimit note, once per new serial past 900 KiB.
     pub near_limit: Option<String>,
+}
+
+/// Whether the object's own status shows it was applied: a state serial it
+/// observed, or a last run that was a successful apply or restore.
+pub fn applied_by_status(status: &WorkspaceStatus) -> bool {
+    status.observed_state_serial.is_some_and(|s| s >= 1)
+        || status
+            .last_run
+            .as_ref()
+            .is_some_and(|r| matches!(r.operation, Op::Apply | Op::Restore) && r.error.is_none())
 }
 
 pub fn assess(i: &Inputs<'_>) -> Assessment {
@@ -345,5 +357,63 @@ mod tests {
             ..inputs(None, &Verdict::Free)
         });
         assert!(entered.entered_unreadable);
+    }
+
+    #[test]
+    fn the_status_shows_an_applied_object() {
+        use crate::api::{LastRun, RunError, RunErrorKind};
+        let run = |operation, failed: bool| LastRun {
+            job: "j".into(),
+            operation,
+            steps: None,
+            error: failed.then_some(RunError {
+                kind: RunErrorKind::Step,
+                step: None,
+                summary: None,
+            }),
+            drift: None,
+        };
+        let rows = [
+            ("nothing yet", None, None, false),
+            ("a serial observed", Some(3), None, true),
+            (
+                "a successful apply",
+                None,
+                Some(run(Op::Apply, false)),
+                true,
+            ),
+            (
+                "a successful restore",
+                None,
+                Some(run(Op::Restore, false)),
+                true,
+            ),
+            (
+                "a failed first apply",
+                None,
+                Some(run(Op::Apply, true)),
+                false,
+            ),
+            (
+                "a failed apply after a serial",
+                Some(2),
+                Some(run(Op::Apply, true)),
+                true,
+            ),
+            (
+                "a successful destroy only",
+                None,
+                Some(run(Op::Destroy, false)),
+                false,
+            ),
+        ];
+        for (what, serial, last_run, want) in rows {
+            let status = WorkspaceStatus {
+                observed_state_serial: serial,
+                last_run,
+                ..Default::default()
+            };
+            assert_eq!(applied_by_status(&status), want, "{what}");
+        }
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
@@ -15,8 +15,9 @@ use sha2::{Digest, Sha256};
 use super::Error;
 use super::conditions::{CREDENTIALS_MIRRORED, Cond, IDENTITY_ALLOWED, Status};
 use crate::api::{AllowedNamespaces, TerraformCluster, TerraformClusterIdentity, WorkspaceSpec};
-use crate::keys::{IDENTITY, MANAGED_LABEL, MIRRORED_LABEL, SOURCE_HASH};
+use crate::keys::{IDENTITY, MANAGED_LABEL, MIRRORED_LABEL, PROTECTION, SOURCE_HASH};
 use crate::names;
+use crate::protection;
 
 /// The identity an object resolves to (ref §1.3): its own identityRef; for a
 /// machine or pool, then its cluster's spec.defaults.identityRef, then the
@@ -81,8 +82,8 @@ pub fn source_hash(data: &BTreeMap<String, ByteString>) -> String {
 }
 
 /// What a pass reads for the credentials: the identity, the namespace's
-/// labels, the identity's Secret (only when the namespace is allowed) and
-/// the mirror.
+/// labels (read with the namespace), the identity's Secret (only when the
+/// namespace is allowed) and the mirror.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
     pub name: Option<String>,
@@ -96,6 +97,7 @@ pub struct Observed {
 pub async fn observe(
     client: &kube::Client,
     namespace: &str,
+    namespace_labels: &BTreeMap<String, String>,
     identity: Option<&str>,
 ) -> Result<Observed, Error> {
     let Some(name) = identity else {
@@ -103,17 +105,13 @@ pub async fn observe(
     };
     let mut observed = Observed {
         name: Some(name.to_owned()),
+        namespace_labels: namespace_labels.clone(),
         ..Default::default()
     };
     let identities: Api<TerraformClusterIdentity> = Api::all(client.clone());
     let Some(found) = identities.get_opt(name).await.map_err(Error::Kube)? else {
         return Ok(observed);
     };
-    let ns = Api::<Namespace>::all(client.clone())
-        .get(namespace)
-        .await
-        .map_err(Error::Kube)?;
-    observed.namespace_labels = ns.metadata.labels.unwrap_or_default();
     if namespace_allowed(
         found.spec.allowed_namespaces.as_ref(),
         namespace,
@@ -149,6 +147,13 @@ pub struct Credentials {
     /// What the mirror is once `write` (if any) succeeds.
     pub mirrored: Cond,
     pub write: Option<MirrorWrite>,
+}
+
+/// A destroy needs the credentials as much as the state: the mirror goes
+/// only with its last user's cleanup.
+fn protected(mut secret: Secret) -> Secret {
+    protection::protect(&mut secret.metadata);
+    secret
 }
 
 fn pending(message: &str) -> Cond {
@@ -216,7 +221,7 @@ pub fn decide(o: &Observed, namespace: &str, owner: &OwnerReference) -> Credenti
     let data = source.data.clone().unwrap_or_default();
     let hash = source_hash(&data);
     let write = match o.mirror.clone() {
-        None => Some(MirrorWrite::Create(Secret {
+        None => Some(MirrorWrite::Create(protected(Secret {
             metadata: ObjectMeta {
                 name: Some(mirror.clone()),
                 namespace: Some(namespace.to_string()),
@@ -234,7 +239,7 @@ pub fn decide(o: &Observed, namespace: &str, owner: &OwnerReference) -> Credenti
             data: Some(data),
             type_: Some("Opaque".into()),
             ..Default::default()
-        })),
+        }))),
         Some(mut secret) => {
             let labels = secret.metadata.labels.get_or_insert_default();
             if labels.get(MIRRORED_LABEL).map(String::as_str) != Some("true") {
@@ -252,11 +257,12 @@ pub fn decide(o: &Observed, namespace: &str, owner: &OwnerReference) -> Credenti
                     write: None,
                 };
             }
+            let was_protected = protection::is_protected(&secret);
             let annotations = secret.metadata.annotations.get_or_insert_default();
             let same_data = annotations.get(SOURCE_HASH) == Some(&hash);
             let owners = secret.metadata.owner_references.get_or_insert_default();
             let owned = owners.iter().any(|o| o.uid == owner.uid);
-            if same_data && owned {
+            if same_data && owned && was_protected {
                 None
             } else {
                 if !owned {
@@ -264,7 +270,7 @@ pub fn decide(o: &Observed, namespace: &str, owner: &OwnerReference) -> Credenti
                 }
                 annotations.insert(SOURCE_HASH.to_string(), hash);
                 secret.data = Some(data);
-                Some(MirrorWrite::Replace(secret))
+                Some(MirrorWrite::Replace(protected(secret)))
             }
         }
     };
@@ -322,17 +328,29 @@ pub async fn drop_user(
             let result = if owners.len() == before {
                 Ok(())
             } else if owners.is_empty() {
-                let precondition = kube::api::Preconditions {
-                    resource_version: secret.metadata.resource_version.clone(),
-                    uid: None,
-                };
-                let params = DeleteParams {
-                    preconditions: Some(precondition),
-                    ..Default::default()
-                };
-                api.delete(&name, &params)
-                    .await
-                    .map(|_| removed.push(name.clone()))
+                // The last user: the protection goes in the same guarded
+                // write, then the mirror, only as it was just written.
+                secret
+                    .metadata
+                    .finalizers
+                    .get_or_insert_default()
+                    .retain(|f| f != PROTECTION);
+                match api.replace(&name, &PostParams::default(), &secret).await {
+                    Ok(written) => {
+                        let precondition = kube::api::Preconditions {
+                            resource_version: written.metadata.resource_version.clone(),
+                            uid: None,
+                        };
+                        let params = DeleteParams {
+                            preconditions: Some(precondition),
+                            ..Default::default()
+                        };
+                        api.delete(&name, &params)
+                            .await
+                            .map(|_| removed.push(name.clone()))
+                    }
+                    Err(e) => Err(e),
+                }
             } else {
                 api.replace(&name, &PostParams::default(), &secret)
                     .await

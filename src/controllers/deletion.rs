@@ -48,8 +48,12 @@ pub struct Situation {
     pub abandoned: bool,
     pub state: StateFact,
     /// An apply succeeded once: the durable inputs carry the applied
-    /// marker, or a backup exists. A missing state is then lost.
+    /// marker, a backup exists, or the object's own status says so. A
+    /// missing state is then lost.
     pub ever_applied: bool,
+    /// The namespace is being deleted: no Job, Secret or Event can be
+    /// created in it.
+    pub namespace_terminating: bool,
     /// The durable inputs Secret is there and whole.
     pub durable_inputs: bool,
     /// The spec renders now (a cluster's or pool's fallback for a destroy).
@@ -67,6 +71,8 @@ pub enum Hold {
     Lost,
     /// The state cannot be read (corrupt, inconsistent, encrypted).
     Unreadable,
+    /// The namespace is being deleted, so no destroy Job can start in it.
+    NamespaceTerminating,
 }
 
 /// Where a destroy takes its root from.
@@ -121,8 +127,9 @@ pub fn next(f: &Situation) -> Next {
         return Next::Cleanup(Why::Abandoned);
     }
     match f.state {
-        StateFact::NotFound if f.ever_applied => return Next::Hold(Hold::Lost),
-        StateFact::NotFound => return Next::Cleanup(Why::NeverApplied),
+        StateFact::NotFound if !f.ever_applied => return Next::Cleanup(Why::NeverApplied),
+        _ if f.namespace_terminating => return Next::Hold(Hold::NamespaceTerminating),
+        StateFact::NotFound => return Next::Hold(Hold::Lost),
         StateFact::Unreadable => return Next::Hold(Hold::Unreadable),
         StateFact::Read { .. } => {}
     }
@@ -140,14 +147,32 @@ pub fn next(f: &Situation) -> Next {
 }
 
 /// The Deleting condition of a held deletion: why, and the two ways out.
-/// `unreadable` is the state's StateReadable reason when it cannot be read.
-pub fn held(hold: Hold, suffix: &str, uid: &str, unreadable: &str) -> Cond {
+/// `detail` is the state's StateReadable reason when it cannot be read,
+/// and what the state holds when the namespace is being deleted.
+pub fn held(hold: Hold, namespace: &str, suffix: &str, uid: &str, detail: &str) -> Cond {
     let why = match hold {
         Hold::Lost => format!(
             "the state Secret {} is missing although the object was applied",
             names::state_secret(suffix)
         ),
-        Hold::Unreadable => format!("the state cannot be read ({unreadable})"),
+        Hold::Unreadable => format!("the state cannot be read ({detail})"),
+        Hold::NamespaceTerminating => {
+            return Cond::new(
+                conditions::DELETING,
+                Status::True,
+                "DeletionHeld",
+                format!(
+                    "deletion held: namespace {namespace} is being deleted, so no destroy Job can be created in it, \
+                     and the infrastructure the state records ({detail}) is still there. The state Secret {}, its backups \
+                     ({}-<serial>) and the durable inputs are kept until this object is destroyed or abandoned. Either \
+                     annotate this object {ABANDON}={uid} to remove it and leave the infrastructure as it is, or copy the \
+                     state and its backups into another namespace, recreate the object there and destroy it from there, \
+                     then abandon this one",
+                    names::state_secret(suffix),
+                    names::backup_secret(suffix, 0).trim_end_matches("-0"),
+                ),
+            );
+        }
     };
     Cond::new(
         conditions::DELETING,
@@ -202,6 +227,7 @@ mod tests {
                 inputs_hash: Some("h2:a".into()),
             },
             ever_applied: true,
+            namespace_terminating: false,
             durable_inputs: true,
             renders: true,
             finished: vec![job(Op::Apply, true, 0)],
@@ -212,8 +238,8 @@ mod tests {
 
     #[test]
     fn a_held_deletion_names_its_cause_and_both_ways_out() {
-        let lost = held(Hold::Lost, "abc-m", "u-1", "");
-        let corrupt = held(Hold::Unreadable, "abc-m", "u-1", "StateCorrupt");
+        let lost = held(Hold::Lost, "ns", "abc-m", "u-1", "");
+        let corrupt = held(Hold::Unreadable, "ns", "abc-m", "u-1", "StateCorrupt");
         for c in [&lost, &corrupt] {
             assert_eq!(
                 (c.type_, c.status, c.reason),
@@ -237,6 +263,23 @@ mod tests {
         }
         assert!(lost.message.contains("tfstate-default-abc-m is missing"));
         assert!(corrupt.message.contains("cannot be read (StateCorrupt)"));
+        let gone = held(
+            Hold::NamespaceTerminating,
+            "team-a",
+            "abc-m",
+            "u-1",
+            "serial 4, 2 managed resources",
+        );
+        assert_eq!((gone.status, gone.reason), (Status::True, "DeletionHeld"));
+        for part in [
+            "namespace team-a is being deleted",
+            "(serial 4, 2 managed resources)",
+            "captf.io/abandon-infrastructure=u-1",
+            "captf-state-backup-abc-m-<serial>",
+            "another namespace",
+        ] {
+            assert!(gone.message.contains(part), "{part}: {}", gone.message);
+        }
         let m = missing_inputs(Kind::Machine, "w-0", "u-2");
         assert_eq!((m.status, m.reason), (Status::False, "DestroyFailed"));
         assert!(m.message.contains("captf-inputs-m-w-0") && m.message.contains("=u-2"));
@@ -277,6 +320,45 @@ mod tests {
                 "applied, readable: destroy from the durable inputs",
                 base(),
                 Next::Destroy(DestroyInputs::Durable),
+            ),
+            (
+                "applied, namespace terminating: held, no destroy",
+                with(&|f| f.namespace_terminating = true),
+                Next::Hold(Hold::NamespaceTerminating),
+            ),
+            (
+                "applied, state gone with the namespace: held on the namespace",
+                with(&|f| {
+                    f.namespace_terminating = true;
+                    f.state = StateFact::NotFound;
+                    f.durable_inputs = false;
+                }),
+                Next::Hold(Hold::NamespaceTerminating),
+            ),
+            (
+                "never applied, namespace terminating: clean up at once",
+                with(&|f| {
+                    f.namespace_terminating = true;
+                    f.state = StateFact::NotFound;
+                    f.ever_applied = false;
+                }),
+                Next::Cleanup(Why::NeverApplied),
+            ),
+            (
+                "namespace terminating, abandoned: clean up",
+                with(&|f| {
+                    f.namespace_terminating = true;
+                    f.abandoned = true;
+                }),
+                Next::Cleanup(Why::Abandoned),
+            ),
+            (
+                "namespace terminating, destroyed already: clean up",
+                with(&|f| {
+                    f.namespace_terminating = true;
+                    f.finished.insert(0, job(Op::Destroy, true, 10));
+                }),
+                Next::Cleanup(Why::Destroyed),
             ),
             (
                 "never applied: clean up at once",

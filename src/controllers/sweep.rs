@@ -14,7 +14,7 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{RoleBinding, Subject};
 use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
@@ -26,8 +26,9 @@ use super::workload::Workload;
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
 use crate::error::{Categorized, Category, kube_category};
 use crate::jobs::rbac;
-use crate::keys::{CLUSTER_NAME_LABEL, MANAGED_LABEL};
+use crate::keys::{CLUSTER_NAME_LABEL, MANAGED_LABEL, PROTECTED_LABEL, PROTECTION};
 use crate::names::{self, Kind, RUNNER_RBAC};
+use crate::protection;
 
 /// How many times a sweep of one namespace starts over after a write lost a
 /// race (a managed object or the RoleBinding changed since it was read).
@@ -180,6 +181,8 @@ pub struct Swept {
     pub deleted: Vec<(String, String)>,
     /// The accounts removed from the RoleBinding `captf-runner`.
     pub pruned: Vec<String>,
+    /// The protected Secrets and Leases released, as (kind, name).
+    pub released: Vec<(String, String)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -218,6 +221,10 @@ impl Categorized for SweepError {
 
 fn managed_selector() -> ListParams {
     ListParams::default().labels(&format!("{MANAGED_LABEL}=true"))
+}
+
+fn protected_selector() -> ListParams {
+    ListParams::default().labels(&format!("{PROTECTED_LABEL}=true"))
 }
 
 fn conflict(error: &kube::Error) -> bool {
@@ -289,12 +296,26 @@ where
         + Debug
         + DeserializeOwned,
 {
+    listed::<K>(client, namespace, &managed_selector()).await
+}
+
+async fn listed<K>(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    selector: &ListParams,
+) -> Result<Vec<ObjectMeta>, kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned,
+{
     let api = match namespace {
         Some(ns) => Api::<K>::namespaced(client.clone(), ns),
         None => Api::<K>::all(client.clone()),
     };
     Ok(api
-        .list_metadata(&managed_selector())
+        .list_metadata(selector)
         .await?
         .items
         .into_iter()
@@ -342,6 +363,30 @@ where
 /// One pass over `namespace`. The managed objects are read before the
 /// workloads: whatever a reconcile writes after they are read carries a new
 /// resourceVersion, so the guarded writes below fail rather than undo it.
+/// Removes the protection from every protected object of the namespace.
+async fn release_listed<K>(
+    client: &kube::Client,
+    namespace: &str,
+    swept: &mut Swept,
+) -> Result<(), kube::Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + DeserializeOwned,
+{
+    let api = Api::<K>::namespaced(client.clone(), namespace);
+    for meta in listed::<K>(client, Some(namespace), &protected_selector()).await? {
+        let Some(name) = meta.name else { continue };
+        if !meta.finalizers.iter().flatten().any(|f| f == PROTECTION) {
+            continue;
+        }
+        protection::release(&api, &name).await?;
+        swept.released.push((K::kind(&()).into_owned(), name));
+    }
+    Ok(())
+}
+
 async fn sweep_once(
     client: &kube::Client,
     namespace: &str,
@@ -360,6 +405,9 @@ async fn sweep_once(
             delete_listed::<ServiceAccount>(client, namespace, &accounts, swept).await?;
             delete_listed::<RoleBinding>(client, namespace, &binding_meta, swept).await?;
             delete_listed::<Lease>(client, namespace, &leases, swept).await?;
+            // No object is left to destroy from what they protect.
+            release_listed::<Secret>(client, namespace, swept).await?;
+            release_listed::<Lease>(client, namespace, swept).await?;
         }
         Plan::Prune { keep } => {
             for workload in unresolved(&facts) {
@@ -410,7 +458,7 @@ pub async fn sweep(client: &kube::Client, namespace: &str) -> Result<Swept, Swee
     if swept == Swept::default() {
         debug!(namespace, "namespace sweep: nothing to do");
     } else {
-        info!(namespace, deleted = ?swept.deleted, pruned = ?swept.pruned, "namespace sweep");
+        info!(namespace, deleted = ?swept.deleted, pruned = ?swept.pruned, released = ?swept.released, "namespace sweep");
     }
     Ok(swept)
 }
@@ -425,6 +473,7 @@ pub async fn sweep_all(client: &kube::Client, scope: Option<&str>) -> Result<(),
             let mut found = managed::<ServiceAccount>(client, None).await?;
             found.extend(managed::<RoleBinding>(client, None).await?);
             found.extend(managed::<Lease>(client, None).await?);
+            found.extend(listed::<Secret>(client, None, &protected_selector()).await?);
             found.into_iter().filter_map(|m| m.namespace).collect()
         }
     };

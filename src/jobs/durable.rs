@@ -17,6 +17,7 @@ use super::inputs::RenderedInputs;
 use super::{lost_race, owner_labels};
 use crate::keys::{APPLIED, IDENTITY, IMAGE, INPUTS_HASH};
 use crate::names::{self, Kind};
+use crate::protection;
 
 pub const MAIN_KEY: &str = "main.tf.json";
 pub const TFVARS_KEY: &str = "terraform.tfvars.json";
@@ -42,15 +43,17 @@ pub fn build(record: &Record) -> Secret {
     if let Some(identity) = record.identity {
         annotations.insert(IDENTITY.to_owned(), identity.to_owned());
     }
+    let mut metadata = ObjectMeta {
+        name: Some(names::inputs_secret(record.kind, record.name)),
+        namespace: Some(record.namespace.to_owned()),
+        labels: Some(owner_labels(record.kind, record.name, record.cluster_name)),
+        annotations: Some(annotations),
+        owner_references: Some(vec![record.owner.clone()]),
+        ..Default::default()
+    };
+    protection::protect(&mut metadata);
     Secret {
-        metadata: ObjectMeta {
-            name: Some(names::inputs_secret(record.kind, record.name)),
-            namespace: Some(record.namespace.to_owned()),
-            labels: Some(owner_labels(record.kind, record.name, record.cluster_name)),
-            annotations: Some(annotations),
-            owner_references: Some(vec![record.owner.clone()]),
-            ..Default::default()
-        },
+        metadata,
         data: Some(BTreeMap::from([
             (
                 MAIN_KEY.to_owned(),

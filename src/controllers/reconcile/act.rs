@@ -31,9 +31,10 @@ use crate::controllers::workload::Workload;
 use crate::controllers::{Context, Error, MANAGER};
 use crate::jobs::durable;
 use crate::jobs::leases;
-use crate::keys::{BOOKKEPT, INPUTS_HASH, RESTORE_STATE, finalizer};
+use crate::keys::{BOOKKEPT, INPUTS_HASH, PROTECTED_LABEL, PROTECTION, RESTORE_STATE, finalizer};
 use crate::metrics::BackupResult;
 use crate::names::{self, Kind};
+use crate::protection;
 
 /// How the writes go on after one of them.
 pub enum Flow {
@@ -46,8 +47,14 @@ pub enum Flow {
     Released,
 }
 
-/// Records an event; one that cannot be recorded never fails the pass.
-pub async fn record<K: Workload>(ctx: &Context, obj: &K, note: &Note) {
+/// Records an event; one that cannot be recorded never fails the pass. In
+/// a namespace being deleted nothing can be: the event is logged instead,
+/// once, and not tried.
+pub async fn record<K: Workload>(ctx: &Context, obj: &K, o: &Object, note: &Note) {
+    if o.namespace_terminating {
+        info!(namespace = %o.namespace, name = %o.name, reason = note.reason, "not recorded (the namespace is being deleted): {}", note.note);
+        return;
+    }
     let event = Event {
         type_: note.type_,
         reason: note.reason.into(),
@@ -100,7 +107,7 @@ pub async fn act<K: Workload>(
         warn!(namespace = %o.namespace, name = %o.name, "{line}");
     }
     for note in &plan.notes {
-        record(ctx, obj, note).await;
+        record(ctx, obj, o, note).await;
     }
     if let Some(gauges) = plan.gauges {
         ctx.metrics
@@ -113,13 +120,14 @@ pub async fn act<K: Workload>(
     }
     for t in &plan.draft.transitions {
         if let Some(note) = super::condition_note(t) {
-            record(ctx, obj, &note).await;
+            record(ctx, obj, o, &note).await;
         }
     }
     if started {
         record(
             ctx,
             obj,
+            o,
             &Note::normal(
                 "DeletionStarted",
                 "the object is being deleted: destroy, then cleanup",
@@ -173,6 +181,7 @@ async fn backup<K: Workload>(
             record(
                 ctx,
                 obj,
+                o,
                 &Note::normal(
                     "StateBackedUp",
                     format!("state serial {} backed up to {name}", set.serial),
@@ -183,9 +192,13 @@ async fn backup<K: Workload>(
         Err(e) => {
             warn!(namespace = %o.namespace, name = %o.name, "backing up state serial {} failed: {e}", set.serial);
             plan.counts.push(Count::Backups(BackupResult::Skipped, 1));
-            if let Some(entries) = plan.draft.status.state_backups.as_mut() {
-                entries.retain(|b| u64::try_from(b.serial).ok() != Some(set.serial));
-            }
+            let entries = plan.draft.status.state_backups.take().unwrap_or_default();
+            let kept: Vec<_> = entries
+                .into_iter()
+                .filter(|b| u64::try_from(b.serial).ok() != Some(set.serial))
+                .collect();
+            // The CRD takes no empty list.
+            plan.draft.status.state_backups = (!kept.is_empty()).then_some(kept);
             *failed = true;
         }
     }
@@ -222,7 +235,16 @@ async fn perform<K: Workload>(
                     "resourceVersion": chunk.resource_version,
                 });
                 if chunk.base {
+                    // Only the base is protected: Terraform deletes surplus
+                    // chunks itself, and one held back would break its
+                    // next read.
+                    let mut finalizers = chunk.finalizers;
+                    if !finalizers.iter().any(|f| f == PROTECTION) {
+                        finalizers.push(PROTECTION.to_owned());
+                    }
                     metadata["annotations"] = json!({ INPUTS_HASH: inputs_hash });
+                    metadata["finalizers"] = json!(finalizers);
+                    metadata["labels"] = json!({ PROTECTED_LABEL: "true" });
                 }
                 secrets
                     .patch(
@@ -233,6 +255,10 @@ async fn perform<K: Workload>(
                     .await
                     .map_err(Error::Kube)?;
             }
+            let lock = names::state_lock_lease(&o.suffix);
+            protection::protect_existing(&leases_api, &lock)
+                .await
+                .map_err(Error::Kube)?;
         }
         Write::MarkApplied => durable::mark_applied(&secrets, K::KIND, &o.name)
             .await
@@ -284,6 +310,14 @@ async fn perform<K: Workload>(
                 delete_if_present(&leases_api, &name, None).await?;
             }
         }
+        Write::ReleaseBackups(names) => {
+            // The garbage collector takes them with the object.
+            for name in names {
+                protection::release(&secrets, &name)
+                    .await
+                    .map_err(Error::Kube)?;
+            }
+        }
         Write::ReleaseMirrors => {
             let removed = credentials::drop_user(&ctx.client, &o.namespace, &o.uid)
                 .await
@@ -291,7 +325,7 @@ async fn perform<K: Workload>(
             for mirror in removed {
                 let note =
                     format!("credentials mirror {mirror} deleted: this object was its last user");
-                record(ctx, obj, &Note::normal("MirrorRemoved", note)).await;
+                record(ctx, obj, o, &Note::normal("MirrorRemoved", note)).await;
             }
         }
         Write::RemoveFinalizer { why } => {
@@ -325,13 +359,14 @@ async fn release_finalizer<K: Workload>(
         Why::NeverApplied => None,
     };
     if let Some(note) = note {
-        record(ctx, obj, &note).await;
+        record(ctx, obj, o, &note).await;
     }
     remove_finalizer(ctx, obj, o).await?;
     ctx.metrics.forget(K::KIND, &o.namespace, &o.name);
     record(
         ctx,
         obj,
+        o,
         &Note::normal(
             "FinalizerRemoved",
             format!("finalizer {} removed", finalizer(K::KIND)),
@@ -351,11 +386,14 @@ async fn release_finalizer<K: Workload>(
     Ok(())
 }
 
-/// Deletes `name` if present; with `uid`, only that very object (a
-/// same-named one created since is not ours).
+/// Deletes `name` if present, its protection first; with `uid`, only that
+/// very object (a same-named one created since is not ours).
 async fn delete_if_present<R>(api: &Api<R>, name: &str, uid: Option<String>) -> Result<(), Error>
 where
-    R: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    R: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
     let params = DeleteParams {
         preconditions: uid.map(|uid| Preconditions {
@@ -364,9 +402,10 @@ where
         }),
         ..Default::default()
     };
-    match api.delete(name, &params).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+    match protection::release_and_delete(api, name, &params).await {
+        Ok(()) => Ok(()),
+        // The precondition failed: not ours.
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         Err(e) => Err(Error::Kube(e)),
     }
 }

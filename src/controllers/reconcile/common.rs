@@ -27,8 +27,8 @@ pub struct Common {
     pub credentials: Credentials,
     pub assessment: Assessment,
     pub durable: Option<Recorded>,
-    /// An apply succeeded once: the durable inputs say so, or a backup
-    /// exists.
+    /// An apply succeeded once: the durable inputs say so, a backup
+    /// exists, or the object's status shows it.
     pub ever_applied: bool,
     pub settings: JobSettings,
     pub rendered: Result<RenderedInputs, InputsError>,
@@ -54,12 +54,19 @@ pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
     }
 
     let durable = rest.durable.as_ref().and_then(durable::read);
-    let ever_applied =
-        settled.applied || durable.as_ref().is_some_and(|d| d.applied) || !rest.backups.is_empty();
+    // What a namespace deletion can take (the durable inputs, the backups)
+    // is never the only witness: the object's own status counts too.
+    let ever_applied = settled.applied
+        || durable.as_ref().is_some_and(|d| d.applied)
+        || !rest.backups.is_empty()
+        || obj
+            .workspace_status()
+            .is_some_and(assessment::applied_by_status);
     let assessment = state(o, rest, settled, ever_applied, destroyed, plan);
     backup(
         obj,
         o,
+        settled,
         rest,
         &assessment,
         settings.state_backups,
@@ -139,6 +146,7 @@ fn state(
 fn backup<K: Workload>(
     obj: &K,
     o: &Object,
+    settled: &Settled,
     rest: &Rest,
     a: &Assessment,
     keep: u32,
@@ -174,7 +182,12 @@ fn backup<K: Workload>(
                 source_job.as_deref(),
                 plan.draft.now(),
             ) {
-                Ok(set) => {
+                Ok(mut set) => {
+                    // The state was read before this pass's adoption: its
+                    // backup carries the inputs hash adopted now.
+                    if let Some(adopted) = &settled.adopted {
+                        backups::record_inputs_hash(&mut set, adopted.as_deref());
+                    }
                     listed.extend(set.secrets.iter().cloned());
                     plan.writes.push(Write::TakeBackup { set, observed });
                 }

@@ -13,10 +13,11 @@ use super::start;
 use super::{Object, Pass};
 use crate::controllers::conditions::{self, Cond, Status};
 use crate::controllers::decide::{JobReason, StateFact};
-use crate::controllers::deletion::{self, DestroyInputs, Next, Why};
+use crate::controllers::deletion::{self, DestroyInputs, Hold, Next, Why};
 use crate::controllers::workload::Workload;
 use crate::keys::ABANDON;
 use crate::names::{self, Kind, Op};
+use crate::state::StateReadable;
 
 /// A held deletion re-checks this often (ref Appendix B).
 pub const HELD_RECHECK: Duration = Duration::from_secs(60);
@@ -50,6 +51,7 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             false => c.assessment.fact.clone(),
         },
         ever_applied: c.ever_applied,
+        namespace_terminating: rest.namespace_terminating,
         durable_inputs: c.durable.is_some(),
         renders: c.rendered.is_ok(),
         finished: finished.to_vec(),
@@ -72,8 +74,15 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             return;
         }
         Next::Hold(hold) => {
-            let reason = rest.snapshot.readable.reason();
-            let held = deletion::held(hold, &o.suffix, &o.uid, reason.as_str());
+            let detail = match (&hold, &rest.snapshot.readable) {
+                (Hold::NamespaceTerminating, StateReadable::Read(st)) => format!(
+                    "state serial {}, {} managed resources",
+                    st.serial, st.managed_resources
+                ),
+                (Hold::NamespaceTerminating, other) => other.message(),
+                (_, other) => other.reason().as_str().to_owned(),
+            };
+            let held = deletion::held(hold, &o.namespace, &o.suffix, &o.uid, &detail);
             let held_before = obj
                 .workspace_status()
                 .and_then(|s| s.conditions.as_deref())
@@ -163,6 +172,8 @@ fn cleanup<K: Workload>(obj: &K, o: &Object, rest: &Rest, why: Why, plan: &mut P
         leases.push(names::cluster_write_lease(&o.namespace, cluster));
     }
     plan.writes.push(Write::DeleteLeases(leases));
+    let backups = rest.backups.iter().map(|s| s.name_any()).collect();
+    plan.writes.push(Write::ReleaseBackups(backups));
     plan.writes.push(Write::ReleaseMirrors);
     plan.writes.push(Write::RemoveFinalizer { why });
     plan.requeue = Requeue::OnChange;

@@ -130,7 +130,13 @@ pub async fn launch<K: Workload>(
             // a run lease wait on every pass that meets it.
             match note {
                 Some(note) if changed => {
-                    record(ctx, obj, &Note::normal("WaitingForClusterOperation", note)).await;
+                    record(
+                        ctx,
+                        obj,
+                        o,
+                        &Note::normal("WaitingForClusterOperation", note),
+                    )
+                    .await;
                     ctx.metrics.lease_wait(K::KIND, metric);
                 }
                 Some(_) => {}
@@ -173,10 +179,10 @@ pub async fn launch<K: Workload>(
     }
     info!(namespace = %o.namespace, name = %o.name, job = %job_name, "started {} Job: {}", start.op.as_str(), start.why);
     for note in start.job_notes {
-        record(ctx, obj, &note.about(&created)).await;
+        record(ctx, obj, o, &note.about(&created)).await;
     }
     for note in &start.notes {
-        record(ctx, obj, note).await;
+        record(ctx, obj, o, note).await;
     }
     if start.counts.force_unlock {
         ctx.metrics.force_unlock(K::KIND);

@@ -64,6 +64,9 @@ pub struct Object {
     /// A non-controller owner reference to the object: on its backups, its
     /// adopted state, its durable inputs and its share of the mirror.
     pub owner: OwnerReference,
+    /// Its namespace is being deleted, as observed: no event can be
+    /// recorded there.
+    pub namespace_terminating: bool,
 }
 
 impl Object {
@@ -88,6 +91,7 @@ impl Object {
             namespace,
             name,
             uid,
+            namespace_terminating: false,
         })
     }
 }
@@ -108,7 +112,7 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
 }
 
 async fn pass<K: Workload>(obj: &K, ctx: &Context) -> Result<Action, Error> {
-    let o = Object::of(obj)?;
+    let mut o = Object::of(obj)?;
     let deleting = match deletion::lifecycle(
         K::KIND,
         obj.meta().deletion_timestamp.is_some(),
@@ -124,6 +128,10 @@ async fn pass<K: Workload>(obj: &K, ctx: &Context) -> Result<Action, Error> {
         Lifecycle::Deleting => true,
     };
     let observed = observe::observe(ctx, obj, &o, deleting).await?;
+    o.namespace_terminating = observed
+        .rest
+        .as_ref()
+        .is_some_and(|r| r.namespace_terminating);
     let plan = decide(
         obj,
         &o,

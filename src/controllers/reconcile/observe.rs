@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, Namespace, Pod, Secret};
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 
@@ -52,6 +52,9 @@ pub struct Rest {
     pub sources: Vec<Option<BTreeMap<String, Vec<u8>>>>,
     /// A TerraformCluster being deleted: its machines and pools left.
     pub dependents: usize,
+    /// The namespace is being deleted (or already gone): nothing can be
+    /// created in it.
+    pub namespace_terminating: bool,
 }
 
 pub async fn observe<K: Workload>(
@@ -109,12 +112,27 @@ async fn rest<K: Workload>(
         .as_ref()
         .and_then(|d| d.identity.as_deref())
         .filter(|_| deleting));
-    let credentials = credentials::observe(&ctx.client, ns, identity).await?;
+    let namespace = Api::<Namespace>::all(ctx.client.clone())
+        .get_opt(ns)
+        .await
+        .map_err(Error::Kube)?;
+    let namespace_terminating = namespace.as_ref().is_none_or(|n| {
+        n.metadata.deletion_timestamp.is_some()
+            || n.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
+    });
+    let labels = namespace
+        .and_then(|n| n.metadata.labels)
+        .unwrap_or_default();
+    let credentials = credentials::observe(&ctx.client, ns, &labels, identity).await?;
 
     // A machine reads its sources only until it is applied (ref §1.2): it
     // is never applied again, so what they say later changes nothing, and
     // one deleted later must not make it unready.
-    let applied = recorded.as_ref().is_some_and(|d| d.applied) || !backups.is_empty();
+    let applied = recorded.as_ref().is_some_and(|d| d.applied)
+        || !backups.is_empty()
+        || obj
+            .workspace_status()
+            .is_some_and(crate::controllers::assessment::applied_by_status);
     let sources = match spec.variables_from.as_deref() {
         Some(_) if K::KIND == Kind::Machine && applied => &[],
         sources => sources.unwrap_or_default(),
@@ -133,6 +151,7 @@ async fn rest<K: Workload>(
         lock,
         sources,
         dependents,
+        namespace_terminating,
     })
 }
 

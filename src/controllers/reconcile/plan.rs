@@ -114,6 +114,8 @@ pub struct Chunk {
     pub base: bool,
     /// Its owner references with the object's added.
     pub owner_references: Vec<OwnerReference>,
+    /// Its finalizers as read.
+    pub finalizers: Vec<String>,
 }
 
 /// A Job to start, built in full by the decision.
@@ -193,6 +195,9 @@ pub enum Write {
         uid: String,
     },
     DeleteLeases(Vec<String>),
+    /// The backups lose their protection; the garbage collector takes
+    /// them once the object is gone.
+    ReleaseBackups(Vec<String>),
     ReleaseMirrors,
     RemoveFinalizer {
         why: Why,

@@ -83,6 +83,7 @@ pub fn chunks(snapshot: &Snapshot, o: &Object) -> Option<Vec<Chunk>> {
                         resource_version: s.metadata.resource_version.clone(),
                         base: is_base,
                         owner_references: owners,
+                        finalizers: s.finalizers().to_vec(),
                     }
                 })
             })

@@ -311,6 +311,31 @@ impl Env {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
+    /// Deletes the Secret `name` for good: CAPTF's protection finalizer is
+    /// taken off first, as a person who means it would.
+    pub async fn lose_secret(&self, name: &str) {
+        let secrets = self.secrets();
+        let secret = secrets.get(name).await.unwrap();
+        let kept: Vec<String> = secret
+            .finalizers()
+            .iter()
+            .filter(|f| *f != "captf.io/protection")
+            .cloned()
+            .collect();
+        secrets
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": kept}})),
+            )
+            .await
+            .unwrap();
+        secrets
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
     /// Creates `name` (cluster-scoped) allowing only `namespace`, over the
     /// Secret `creds` of this test's namespace.
     pub async fn identity_allowing(&self, name: &str, namespace: &str) {
@@ -649,6 +674,11 @@ impl JobsSeen {
             seen,
             _watching: watching,
         }
+    }
+
+    /// The destroy Jobs of an object the watch saw, oldest first.
+    pub fn destroys(&self, kind: Kind, name: &str) -> Vec<(String, Timestamp)> {
+        self.named(&format!("captf-{}-{name}-destroy-", kind.short()))
     }
 
     /// The Jobs whose names begin with `prefix`, oldest first.

@@ -1,0 +1,241 @@
+//! Deleting a namespace (issue: it must never orphan applied
+//! infrastructure): the namespace controller deletes every Secret beside
+//! the objects, but what a destroy needs is protected, and an applied
+//! object is held, never cleaned up as if it had never been applied. Each
+//! test has its own namespace, manager and executor.
+
+use std::time::Duration;
+
+use captf::api::{TerraformCluster, TerraformMachine};
+use captf::names::{self, Kind};
+use captf::state::{self, StateReadable};
+use captf_testkit::scenario::*;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+const MANAGER: &str = env!("CARGO_BIN_EXE_captf-manager");
+
+fn held_on_namespace(env: &Env, status: &captf::api::WorkspaceStatus) -> bool {
+    condition(status, "Deleting") == Some(("True", "DeletionHeld"))
+        && condition_message(status, "Deleting")
+            .is_some_and(|m| m.contains(&format!("namespace {} is being deleted", env.ns)))
+}
+
+async fn delete_namespace(env: &Env) {
+    Api::<Namespace>::all(env.client.clone())
+        .delete(&env.ns, &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+async fn namespace_gone(env: &Env) -> bool {
+    Api::<Namespace>::all(env.client.clone())
+        .get_opt(&env.ns)
+        .await
+        .unwrap()
+        .is_none()
+}
+
+/// The state of `kind`/`name` reads whole, and at least one backup of it
+/// is left.
+async fn state_kept(env: &Env, kind: Kind, name: &str) {
+    let suffix = names::suffix(&env.ns, kind, name);
+    let snapshot = state::snapshot(&env.secrets(), &suffix).await.unwrap();
+    assert!(
+        matches!(snapshot.readable, StateReadable::Read(_)),
+        "{kind:?} {name}: {:?}",
+        snapshot.readable.reason()
+    );
+    assert!(
+        !env.backup_secrets(&suffix).await.is_empty(),
+        "{kind:?} {name}: no backup left"
+    );
+}
+
+async fn abandon<K: captf::controllers::workload::Workload>(env: &Env, name: &str) {
+    let uid = env.api::<K>().get(name).await.unwrap().uid().unwrap();
+    env.api::<K>()
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"captf.io/abandon-infrastructure": uid}}}),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_namespace_holds_applied_objects_until_they_are_abandoned() {
+    let mut env = setup(MANAGER, "ns-delete", &[], &["--sync-period=3s"]).await;
+    env.cluster("c", NOOP, None).await;
+    env.machine("m1", "c", None).await;
+    env.machine("m2", "c", None).await;
+    for m in ["m1", "m2"] {
+        applied_and_backed_up::<TerraformMachine>(&env, m, 1).await;
+    }
+    applied_and_backed_up::<TerraformCluster>(&env, "c", 1).await;
+    let jobs = JobsSeen::watch(&env);
+
+    delete_namespace(&env).await;
+    for m in ["m1", "m2"] {
+        within(&env, 60, "the machine held on the namespace", || async {
+            env.machine_status(m)
+                .await
+                .filter(|s| held_on_namespace(&env, s))
+        })
+        .await;
+    }
+    let c = within(&env, 30, "the cluster waiting for its machines", || async {
+        env.cluster_status("c")
+            .await
+            .filter(|s| condition(s, "DeletionBlocked") == Some(("True", "DependentsExist")))
+    })
+    .await;
+    assert_eq!(condition(&c, "Deleting").map(|(s, _)| s), Some("True"));
+    // The namespace controller has had its go at every Secret by now.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for (kind, name) in [
+        (Kind::Machine, "m1"),
+        (Kind::Machine, "m2"),
+        (Kind::Cluster, "c"),
+    ] {
+        state_kept(&env, kind, name).await;
+    }
+
+    // A restarted manager comes to the same holds.
+    env.restart_manager(&["--sync-period=3s"]).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    for m in ["m1", "m2"] {
+        let s = env.machine_status(m).await.unwrap();
+        assert!(held_on_namespace(&env, &s), "{m}: {}", env.context());
+        assert!(!env.finalizers::<TerraformMachine>(m).await.is_empty());
+        state_kept(&env, Kind::Machine, m).await;
+    }
+
+    for m in ["m1", "m2"] {
+        abandon::<TerraformMachine>(&env, m).await;
+    }
+    within(&env, 60, "the cluster held on the namespace", || async {
+        env.cluster_status("c")
+            .await
+            .filter(|s| held_on_namespace(&env, s))
+    })
+    .await;
+    state_kept(&env, Kind::Cluster, "c").await;
+    abandon::<TerraformCluster>(&env, "c").await;
+    within(&env, 120, "the namespace gone", || async {
+        namespace_gone(&env).await.then_some(())
+    })
+    .await;
+    // No finalizer went without a destroy or an abandon, and no destroy
+    // was even tried.
+    let log = env.manager.log();
+    assert!(!log.contains("deleted (never applied)"), "{log}");
+    assert!(!log.contains("deleted (destroyed)"));
+    for kind in [Kind::Machine, Kind::Cluster] {
+        for name in ["m1", "m2", "c"] {
+            assert!(jobs.destroys(kind, name).is_empty(), "{kind:?} {name}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_of_never_applied_objects_goes_at_once() {
+    let env = setup(MANAGER, "ns-never", &[], &["--sync-period=3s"]).await;
+    // The identity does not allow the namespace: nothing is ever applied.
+    env.identity_allowing("ns-never-elsewhere", "elsewhere")
+        .await;
+    let workspace = |identity: &str| captf::api::WorkspaceSpec {
+        identity_ref: Some(captf::api::IdentityReference {
+            name: identity.into(),
+        }),
+        ..noop(None)
+    };
+    env.create_cluster("c", workspace("ns-never-elsewhere"))
+        .await;
+    for m in ["m1", "m2"] {
+        env.create_machine(m, "c", workspace("ns-never-elsewhere"))
+            .await;
+    }
+    within(&env, 30, "the finalizers added", || async {
+        let c = env.finalizers::<TerraformCluster>("c").await;
+        let m = env.finalizers::<TerraformMachine>("m2").await;
+        (!c.is_empty() && !m.is_empty()).then_some(())
+    })
+    .await;
+    delete_namespace(&env).await;
+    within(&env, 60, "the namespace gone", || async {
+        namespace_gone(&env).await.then_some(())
+    })
+    .await;
+    assert!(env.manager.log().contains("deleted (never applied)"));
+}
+
+/// What a namespace deletion would take is protected from a plain delete
+/// too, and let go once its object is cleaned up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_and_its_backups_are_protected_until_cleanup() {
+    let env = setup(MANAGER, "ns-protect", &[], &[]).await;
+    env.cluster("c", NOOP, None).await;
+    applied_and_backed_up::<TerraformCluster>(&env, "c", 1).await;
+    let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
+    let mut protected = vec![
+        names::state_secret(&suffix),
+        names::inputs_secret(Kind::Cluster, "c"),
+        format!("captf-creds-{}", env.identity),
+    ];
+    protected.extend(env.backup_secrets(&suffix).await);
+    for name in &protected {
+        let secret = env.secrets().get(name).await.unwrap();
+        assert!(
+            secret
+                .finalizers()
+                .iter()
+                .any(|f| f == "captf.io/protection"),
+            "{name}: {:?}",
+            secret.finalizers()
+        );
+    }
+    let lock = env
+        .leases()
+        .get(&names::state_lock_lease(&suffix))
+        .await
+        .unwrap();
+    assert!(lock.finalizers().iter().any(|f| f == "captf.io/protection"));
+
+    // Deleted by hand, the state stays readable.
+    env.secrets()
+        .delete(&names::state_secret(&suffix), &DeleteParams::default())
+        .await
+        .unwrap();
+    let base = env
+        .secrets()
+        .get(&names::state_secret(&suffix))
+        .await
+        .unwrap();
+    assert!(base.meta().deletion_timestamp.is_some());
+    let snapshot = state::snapshot(&env.secrets(), &suffix).await.unwrap();
+    assert!(matches!(snapshot.readable, StateReadable::Read(_)));
+
+    // The object's deletion destroys and cleans up; nothing is left behind.
+    env.delete::<TerraformCluster>("c").await;
+    env.wait_gone::<TerraformCluster>(240, "c").await;
+    within(&env, 60, "every protected object gone", || async {
+        for name in &protected {
+            if env.secrets().get_opt(name).await.unwrap().is_some() {
+                return None;
+            }
+        }
+        env.leases()
+            .get_opt(&names::state_lock_lease(&suffix))
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+}
