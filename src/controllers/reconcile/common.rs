@@ -40,8 +40,6 @@ pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
         o,
         rest,
         settled,
-        settings,
-        deleting,
         destroyed,
         ..
     } = *p;
@@ -63,16 +61,7 @@ pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
             .workspace_status()
             .is_some_and(assessment::applied_by_status);
     let assessment = state(o, rest, settled, ever_applied, destroyed, plan);
-    backup(
-        obj,
-        o,
-        settled,
-        rest,
-        &assessment,
-        settings.state_backups,
-        deleting,
-        plan,
-    );
+    backup(p, &assessment, plan);
 
     let job_settings = policy::resolve(
         spec.jobs.as_ref(),
@@ -143,16 +132,16 @@ fn state(
 /// serial counts as observed only once its backup exists (or backups are
 /// off), so a failed copy is retried on the next pass. Never while
 /// deleting.
-fn backup<K: Workload>(
-    obj: &K,
-    o: &Object,
-    settled: &Settled,
-    rest: &Rest,
-    a: &Assessment,
-    keep: u32,
-    deleting: bool,
-    plan: &mut Plan,
-) {
+fn backup<K: Workload>(p: &Pass<'_, K>, a: &Assessment, plan: &mut Plan) {
+    let Pass {
+        obj,
+        o,
+        settled,
+        rest,
+        deleting,
+        ..
+    } = *p;
+    let keep = p.settings.state_backups;
     let readable = &rest.snapshot.readable;
     let serial = match readable {
         StateReadable::Read(st) => i64::try_from(st.serial).ok().filter(|s| *s >= 1),
