@@ -239,3 +239,33 @@ async fn the_state_and_its_backups_are_protected_until_cleanup() {
     })
     .await;
 }
+
+/// The bounded version of `cargo bench --bench namespace_deletion`: a
+/// namespace of a hundred never-applied machines goes (each finalizer
+/// removal asks for a sweep; the asks of a moment sweep the namespace
+/// once). The time is a liveness bound, not a figure: the bench measures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_of_a_hundred_never_applied_machines_goes() {
+    let env = setup(MANAGER, "ns-many", &[], &[]).await;
+    env.identity_allowing("ns-many-elsewhere", "elsewhere").await;
+    many_machines(&env.client, &env.ns, 100, "ns-many-elsewhere").await;
+    within(&env, 120, "every machine finalized", || async {
+        let listed = env.api::<TerraformMachine>().list(&Default::default()).await.ok()?;
+        listed
+            .items
+            .iter()
+            .all(|m| !m.finalizers().is_empty())
+            .then_some(())
+    })
+    .await;
+    delete_namespace(&env).await;
+    within(&env, 120, "the namespace gone", || async {
+        namespace_gone(&env).await.then_some(())
+    })
+    .await;
+    let log = env.manager.log();
+    assert_eq!(log.matches("deleted (never applied)").count(), 100);
+    // A sweep per moment, not per object.
+    let sweeps = log.matches("namespace sweep").count();
+    assert!(sweeps < 50, "{sweeps} sweeps for 100 removals");
+}

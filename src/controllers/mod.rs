@@ -45,6 +45,10 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     pub recorder: Recorder,
     pub settings: Settings,
+    /// Namespaces to sweep soon: every finalizer removal asks, and the
+    /// asks of a moment are swept once (a namespace of a thousand objects
+    /// deleted at once is not swept a thousand times).
+    pub sweeps: tokio::sync::mpsc::UnboundedSender<String>,
 }
 
 /// The manager flags the reconcilers use.
@@ -145,6 +149,7 @@ pub async fn run(
     readiness: Readiness,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
+    let (sweeps, asked) = tokio::sync::mpsc::unbounded_channel();
     let ctx = Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
@@ -156,6 +161,7 @@ pub async fn run(
         client: client.clone(),
         metrics,
         settings: settings.clone(),
+        sweeps,
     });
     let ns = settings.namespace.as_deref();
     // Only CAPTF's own Jobs and cluster write Leases are watched.
@@ -238,12 +244,14 @@ pub async fn run(
         }
     });
 
-    // The namespace sweep: at start, then every --sync-period.
+    // The namespace sweep: at start, then every --sync-period, and soon
+    // after a finalizer removal.
     let sweeper = tokio::spawn(sweep::periodically(
         client.clone(),
         settings.namespace.clone(),
         settings.sync_period,
     ));
+    let asked_sweeps = tokio::spawn(sweep::when_asked(client.clone(), asked));
 
     info!(namespace = ?settings.namespace, "starting the reconcilers");
     let c = settings.concurrency;
@@ -273,6 +281,7 @@ pub async fn run(
         .for_each(log_outcome);
     tokio::join!(clusters, machines, pools);
     sweeper.abort();
+    asked_sweeps.abort();
     info!("the reconcilers stopped");
 }
 

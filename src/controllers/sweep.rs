@@ -20,6 +20,7 @@ use kube::Resource;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
 use kube::core::NamespaceResourceScope;
 use serde::de::DeserializeOwned;
+use tokio::sync::mpsc::UnboundedReceiver;
 use tracing::{debug, info, warn};
 
 use super::workload::Workload;
@@ -491,6 +492,36 @@ pub async fn sweep_all(client: &kube::Client, scope: Option<&str>) -> Result<(),
 }
 
 /// Sweeps at once, then every `period`, forever.
+/// How long the asks for a sweep gather before the namespaces they name
+/// are swept, once each.
+const GATHER: Duration = Duration::from_secs(1);
+
+/// Sweeps the namespaces `asked` names, those asked for within [`GATHER`]
+/// of each other once each; failures are retried by the periodic sweep.
+pub async fn when_asked(client: kube::Client, mut asked: UnboundedReceiver<String>) {
+    while let Some(first) = asked.recv().await {
+        let mut namespaces = BTreeSet::from([first]);
+        let gathering = tokio::time::sleep(GATHER);
+        tokio::pin!(gathering);
+        loop {
+            tokio::select! {
+                () = &mut gathering => break,
+                next = asked.recv() => match next {
+                    Some(ns) => {
+                        namespaces.insert(ns);
+                    }
+                    None => break,
+                },
+            }
+        }
+        for namespace in namespaces {
+            if let Err(e) = sweep(&client, &namespace).await {
+                warn!(namespace, "namespace sweep: {e}");
+            }
+        }
+    }
+}
+
 pub async fn periodically(client: kube::Client, scope: Option<String>, period: Duration) {
     loop {
         if let Err(e) = sweep_all(&client, scope.as_deref()).await {

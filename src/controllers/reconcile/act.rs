@@ -26,7 +26,6 @@ use super::{Object, finish};
 use crate::controllers::conditions::{CREDENTIALS_MIRRORED, Cond, Status};
 use crate::controllers::credentials;
 use crate::controllers::deletion::Why;
-use crate::controllers::sweep;
 use crate::controllers::workload::Workload;
 use crate::controllers::{Context, Error, MANAGER};
 use crate::jobs::durable;
@@ -378,11 +377,9 @@ async fn release_finalizer<K: Workload>(
         Why::NeverApplied => "never applied",
         Why::Abandoned => "abandoned",
     });
-    // The namespace may be empty now; a failed sweep is retried by the
-    // periodic one.
-    if let Err(e) = sweep::sweep(&ctx.client, &o.namespace).await {
-        warn!(namespace = %o.namespace, "namespace sweep: {e}");
-    }
+    // The namespace may be empty now. The manager stopping is the only
+    // way the ask is lost, and the periodic sweep covers that.
+    let _ = ctx.sweeps.send(o.namespace.clone());
     Ok(())
 }
 

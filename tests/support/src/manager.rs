@@ -85,6 +85,11 @@ impl Manager {
         }
     }
 
+    /// The manager's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The text of `/metrics`.
     pub async fn metrics(&self) -> String {
         let port = self.diagnostics_port;

@@ -694,6 +694,37 @@ impl JobsSeen {
     }
 }
 
+/// Creates `n` TerraformMachines `m-0`... of cluster `c` in `ns`, with the
+/// identity `identity` (one that does not allow `ns` keeps them from ever
+/// being applied), a few at a time.
+pub async fn many_machines(client: &kube::Client, ns: &str, n: usize, identity: &str) {
+    let api = Api::<TerraformMachine>::namespaced(client.clone(), ns);
+    let spec = |i: usize| {
+        let mut m = TerraformMachine::new(
+            &format!("m-{i}"),
+            TerraformMachineSpec {
+                workspace: WorkspaceSpec {
+                    identity_ref: Some(IdentityReference {
+                        name: identity.into(),
+                    }),
+                    ..noop(None)
+                },
+                ..Default::default()
+            },
+        );
+        m.metadata.labels = labels("c");
+        m
+    };
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &spec(i)).await.unwrap() }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+}
+
 /// A state Secret written by hand, in the backend's shape.
 pub async fn put_state(env: &Env, kind: Kind, name: &str, payload: &[u8]) {
     let suffix = env.suffix(kind, name);
