@@ -247,10 +247,15 @@ async fn the_state_and_its_backups_are_protected_until_cleanup() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_of_a_hundred_never_applied_machines_goes() {
     let env = setup(MANAGER, "ns-many", &[], &[]).await;
-    env.identity_allowing("ns-many-elsewhere", "elsewhere").await;
+    env.identity_allowing("ns-many-elsewhere", "elsewhere")
+        .await;
     many_machines(&env.client, &env.ns, 100, "ns-many-elsewhere").await;
     within(&env, 120, "every machine finalized", || async {
-        let listed = env.api::<TerraformMachine>().list(&Default::default()).await.ok()?;
+        let listed = env
+            .api::<TerraformMachine>()
+            .list(&Default::default())
+            .await
+            .ok()?;
         listed
             .items
             .iter()

@@ -2,47 +2,16 @@
 //! the Job's conditions and the runner's result document in the pod's
 //! termination message. Pure.
 
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ContainerStateTerminated;
-use k8s_openapi::jiff::Timestamp;
 
 use super::conditions::{
     APPLY_JOB_SUCCEEDED, Cond, DRIFT_JOB_SUCCEEDED, RESTORE_JOB_SUCCEEDED, Status,
 };
-use super::ledger::Outcome;
+use super::ledger::{JobEnd, Outcome};
 use crate::api::{LastRun, RunError, RunErrorKind, RunStep};
 use crate::metrics::JobResult;
 use crate::names::Op;
 use crate::runner::result::RunResult;
-
-/// How a Job ended, from its own status.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct JobEnd {
-    pub succeeded: bool,
-    /// The Job controller stopped it at activeDeadlineSeconds.
-    pub deadline: bool,
-    pub at: Timestamp,
-}
-
-/// The end of a Job, or None while it is active.
-pub fn job_end(job: &Job) -> Option<JobEnd> {
-    let status = job.status.as_ref()?;
-    let conditions = status.conditions.as_deref().unwrap_or_default();
-    let end = conditions
-        .iter()
-        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")?;
-    let at = end
-        .last_transition_time
-        .as_ref()
-        .map(|t| t.0)
-        .or(status.completion_time.as_ref().map(|t| t.0))
-        .unwrap_or_else(Timestamp::now);
-    Some(JobEnd {
-        succeeded: end.type_ == "Complete",
-        deadline: end.type_ == "Failed" && end.reason.as_deref() == Some("DeadlineExceeded"),
-        at,
-    })
-}
 
 /// What bookkeeping records for one finished Job.
 #[derive(Clone, Debug, PartialEq)]
@@ -279,6 +248,7 @@ fn condition(op: Op, end: &JobEnd, error: Option<&RunError>, job: &str) -> Cond 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::jiff::Timestamp;
 
     fn end(succeeded: bool, deadline: bool) -> JobEnd {
         JobEnd {

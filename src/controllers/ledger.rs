@@ -6,10 +6,38 @@
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::jiff::Timestamp;
 
-use super::bookkeeping::{self, JobEnd};
 use super::decide::Finished;
 use crate::keys::{ATTEMPT_LABEL, BOOKKEPT, OP_LABEL};
 use crate::names::Op;
+
+/// How a Job ended, from its own status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobEnd {
+    pub succeeded: bool,
+    /// The Job controller stopped it at activeDeadlineSeconds.
+    pub deadline: bool,
+    pub at: Timestamp,
+}
+
+/// The end of a Job, or None while it is active.
+pub fn job_end(job: &Job) -> Option<JobEnd> {
+    let status = job.status.as_ref()?;
+    let conditions = status.conditions.as_deref().unwrap_or_default();
+    let end = conditions
+        .iter()
+        .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")?;
+    let at = end
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0)
+        .or(status.completion_time.as_ref().map(|t| t.0))
+        .unwrap_or_else(Timestamp::now);
+    Some(JobEnd {
+        succeeded: end.type_ == "Complete",
+        deadline: end.type_ == "Failed" && end.reason.as_deref() == Some("DeadlineExceeded"),
+        at,
+    })
+}
 
 /// How a finished Job counts for what comes next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,7 +115,7 @@ pub fn ledger(jobs: &[Job]) -> Ledger<'_> {
     let mut ledger = Ledger::default();
     for job in jobs {
         let Some(op) = op(job) else { continue };
-        let Some(end) = bookkeeping::job_end(job) else {
+        let Some(end) = job_end(job) else {
             ledger.active = Some(job);
             continue;
         };

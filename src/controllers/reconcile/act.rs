@@ -16,12 +16,12 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::events::Event;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::launch;
+use super::launch::{self, Launched};
 use super::plan::{Count, Note, Plan, Requeue, Write};
+use super::record::record;
 use super::{Object, finish};
 use crate::controllers::conditions::{CREDENTIALS_MIRRORED, Cond, Status};
 use crate::controllers::credentials;
@@ -44,26 +44,6 @@ pub enum Flow {
     Wait(Option<Duration>),
     /// The finalizer is gone, and with it the object: no status to write.
     Released,
-}
-
-/// Records an event; one that cannot be recorded never fails the pass. In
-/// a namespace being deleted nothing can be: the event is logged instead,
-/// once, and not tried.
-pub async fn record<K: Workload>(ctx: &Context, obj: &K, o: &Object, note: &Note) {
-    if o.namespace_terminating {
-        info!(namespace = %o.namespace, name = %o.name, reason = note.reason, "not recorded (the namespace is being deleted): {}", note.note);
-        return;
-    }
-    let event = Event {
-        type_: note.type_,
-        reason: note.reason.into(),
-        note: Some(note.note.clone()),
-        action: note.reason.into(),
-        secondary: note.related.clone(),
-    };
-    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
-        debug!("recording event {}: {e}", note.reason);
-    }
 }
 
 pub async fn act<K: Workload>(
@@ -292,8 +272,12 @@ async fn perform<K: Workload>(
                 .push(Count::Backups(BackupResult::Pruned, serials.len() as u64));
         }
         Write::Start(start) => {
-            let launched = launch::launch(ctx, obj, o, &mut plan.draft, *start).await?;
-            return Ok(launch::flow(launched));
+            return Ok(
+                match launch::launch(ctx, obj, o, &mut plan.draft, *start).await? {
+                    Launched::Started => Flow::Continue,
+                    Launched::Waiting { recheck } => Flow::Wait(recheck),
+                },
+            );
         }
         Write::DeleteSecrets(names) => {
             for name in names {

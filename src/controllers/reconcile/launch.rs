@@ -13,8 +13,8 @@ use kube::api::{Api, PostParams};
 use tracing::info;
 
 use super::Object;
-use super::act::{Flow, record};
 use super::plan::{Draft, Note, Start};
+use super::record::record;
 use crate::api::ActiveJob;
 use crate::controllers::conditions::{Cond, RUNNER_RBAC_READY, Status};
 use crate::controllers::workload::Workload;
@@ -261,12 +261,5 @@ async fn runner_rbac(
                 e => Err(e.into()),
             }
         }
-    }
-}
-
-pub(super) fn flow(launched: Launched) -> Flow {
-    match launched {
-        Launched::Started => Flow::Continue,
-        Launched::Waiting { recheck } => Flow::Wait(recheck),
     }
 }

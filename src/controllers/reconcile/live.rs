@@ -13,7 +13,6 @@ use super::settle::Settled;
 use super::start;
 use super::{Object, Pass};
 use crate::backups::restore::{self, Request};
-use crate::controllers::bookkeeping;
 use crate::controllers::conditions::{self, Cond, Status};
 use crate::controllers::decide::{self, Decision, Facts, JobReason};
 use crate::controllers::ledger;
@@ -50,7 +49,7 @@ fn restore_due<K: Workload>(
                 .and_then(|a| a.get(RESTORE_SERIAL))
                 .map(String::as_str)
                 == Some(raw)
-            && bookkeeping::job_end(j).is_some_and(|e| !e.succeeded)
+            && ledger::job_end(j).is_some_and(|e| !e.succeeded)
     });
     match restore::request(raw, &o.suffix, &rest.backups, failed_before) {
         Request::Push(push) => Ok(Some(push)),

@@ -16,6 +16,7 @@ mod launch;
 mod live;
 mod observe;
 mod plan;
+mod record;
 mod settle;
 mod start;
 
