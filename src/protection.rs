@@ -2,7 +2,7 @@
 //! destroy or a restore needs, so that deleting a namespace cannot take an
 //! object's state, backups, durable inputs or credentials before CAPTF has
 //! done its part. [`protect`] marks an object about to be written;
-//! [`protect_existing`] and [`release`] change one in place, reading it
+//! [`protect_existing`] and [`unprotect`] change one in place, reading it
 //! first so that the patch names the finalizer at the index it was read at.
 
 use json_patch::jsonptr::PointerBuf;
@@ -68,7 +68,7 @@ where
 
 /// Removes the finalizer from `name`, tested at the index it was read at;
 /// nothing when it is gone or not protected.
-pub async fn release<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+pub async fn unprotect<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
 where
     K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -97,9 +97,9 @@ where
     }
 }
 
-/// Releases and deletes `name` (with `params`' preconditions); one already
+/// Unprotects and deletes `name` (with `params`' preconditions); one already
 /// gone is fine.
-pub async fn release_and_delete<K>(
+pub async fn unprotect_and_delete<K>(
     api: &Api<K>,
     name: &str,
     params: &DeleteParams,
@@ -107,7 +107,7 @@ pub async fn release_and_delete<K>(
 where
     K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
 {
-    release(api, name).await?;
+    unprotect(api, name).await?;
     match api.delete(name, params).await {
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),

@@ -127,7 +127,7 @@ async fn remove_partial(
         }
     }
     for name in doomed {
-        match protection::release_and_delete(api, &name, &DeleteParams::default()).await {
+        match protection::unprotect_and_delete(api, &name, &DeleteParams::default()).await {
             Ok(()) => {}
             Err(source) => {
                 return BackupError::Cleanup {
@@ -181,7 +181,7 @@ pub async fn delete_serials(
             continue;
         }
         if let Err(source) =
-            protection::release_and_delete(api, &name, &DeleteParams::default()).await
+            protection::unprotect_and_delete(api, &name, &DeleteParams::default()).await
         {
             return Err(BackupError::Delete { name, source });
         }

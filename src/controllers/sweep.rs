@@ -382,7 +382,7 @@ where
         if !meta.finalizers.iter().flatten().any(|f| f == PROTECTION) {
             continue;
         }
-        protection::release(&api, &name).await?;
+        protection::unprotect(&api, &name).await?;
         swept.released.push((K::kind(&()).into_owned(), name));
     }
     Ok(())

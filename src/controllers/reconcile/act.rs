@@ -296,7 +296,7 @@ async fn perform<K: Workload>(
         Write::ReleaseBackups(names) => {
             // The garbage collector takes them with the object.
             for name in names {
-                protection::release(&secrets, &name)
+                protection::unprotect(&secrets, &name)
                     .await
                     .map_err(Error::Kube)?;
             }
@@ -383,7 +383,7 @@ where
         }),
         ..Default::default()
     };
-    match protection::release_and_delete(api, name, &params).await {
+    match protection::unprotect_and_delete(api, name, &params).await {
         Ok(()) => Ok(()),
         // The precondition failed: not ours.
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
