@@ -288,9 +288,14 @@ async fn perform<K: Workload>(
             let name = names::inputs_secret(K::KIND, &o.name);
             delete_if_present(&secrets, &name, Some(uid)).await?;
         }
+        Write::DeleteLock(name) => delete_if_present(&leases_api, &name, None).await?,
         Write::DeleteLeases(names) => {
             for name in names {
-                delete_if_present(&leases_api, &name, None).await?;
+                match leases_api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(Error::Kube(e)),
+                }
             }
         }
         Write::ReleaseBackups(names) => {

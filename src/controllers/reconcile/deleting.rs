@@ -161,9 +161,7 @@ fn cleanup<K: Workload>(obj: &K, o: &Object, rest: &Rest, why: Why, plan: &mut P
         .collect();
     plan.writes.push(Write::DeleteSecrets(state));
     plan.writes
-        .push(Write::DeleteLeases(vec![names::state_lock_lease(
-            &o.suffix,
-        )]));
+        .push(Write::DeleteLock(names::state_lock_lease(&o.suffix)));
     if let Some(uid) = rest.durable.as_ref().and_then(|d| d.metadata.uid.clone()) {
         plan.writes.push(Write::DeleteDurable { uid });
     }

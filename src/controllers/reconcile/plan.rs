@@ -194,6 +194,9 @@ pub enum Write {
     DeleteDurable {
         uid: String,
     },
+    /// The state lock, protected.
+    DeleteLock(String),
+    /// CAPTF's own Leases, never protected.
     DeleteLeases(Vec<String>),
     /// The backups lose their protection; the garbage collector takes
     /// them once the object is gone.
