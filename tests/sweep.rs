@@ -520,3 +520,61 @@ async fn the_scope_limits_the_sweep_and_no_scope_finds_every_namespace() {
         ["captf-runner"]
     );
 }
+
+/// In an empty namespace the sweep lets go of what CAPTF protected (the
+/// protection finalizer); in a busy one it leaves it alone.
+#[tokio::test]
+async fn an_empty_namespace_loses_the_protection_of_what_is_left() {
+    let _guard = ALL_NAMESPACES.read().await;
+    let (client, ns) = setup("sweep-protected").await;
+    let protected = |name: &str| {
+        let mut meta = meta(name, &[]);
+        captf::protection::protect(&mut meta);
+        meta
+    };
+    let state = k8s_openapi::api::core::v1::Secret {
+        metadata: protected("tfstate-default-0123456789abcdef-m"),
+        ..Default::default()
+    };
+    create(&client, &ns, &state).await;
+    let lock = Lease {
+        metadata: protected("lock-tfstate-default-0123456789abcdef-m"),
+        ..Default::default()
+    };
+    create(&client, &ns, &lock).await;
+    let finalizers = |client: Client, ns: String| async move {
+        let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), &ns)
+            .get("tfstate-default-0123456789abcdef-m")
+            .await
+            .unwrap();
+        let lease = Api::<Lease>::namespaced(client, &ns)
+            .get("lock-tfstate-default-0123456789abcdef-m")
+            .await
+            .unwrap();
+        (
+            secret.metadata.finalizers.unwrap_or_default(),
+            lease.metadata.finalizers.unwrap_or_default(),
+        )
+    };
+
+    // A machine still there: nothing is let go.
+    machine(&client, &ns, "m", "prod", None).await;
+    sweep::sweep(&client, &ns).await.unwrap();
+    let (s, l) = finalizers(client.clone(), ns.clone()).await;
+    assert_eq!((s.len(), l.len()), (1, 1), "{s:?} {l:?}");
+
+    Api::<TerraformMachine>::namespaced(client.clone(), &ns)
+        .delete("m", &DeleteParams::default())
+        .await
+        .unwrap();
+    let swept = sweep::sweep(&client, &ns).await.unwrap();
+    assert_eq!(
+        swept.released,
+        [
+            deleted("Secret", "tfstate-default-0123456789abcdef-m"),
+            deleted("Lease", "lock-tfstate-default-0123456789abcdef-m"),
+        ]
+    );
+    let (s, l) = finalizers(client, ns).await;
+    assert!(s.is_empty() && l.is_empty(), "{s:?} {l:?}");
+}
