@@ -126,8 +126,13 @@ pub fn next(f: &Situation) -> Next {
     if f.abandoned {
         return Next::Cleanup(Why::Abandoned);
     }
+    // In a namespace being deleted a missing state proves nothing: the
+    // namespace controller may have taken it before its first adoption
+    // protected it, while the apply's durable inputs, protected from the
+    // start, say an apply began.
+    let maybe_applied = f.ever_applied || (f.namespace_terminating && f.durable_inputs);
     match f.state {
-        StateFact::NotFound if !f.ever_applied => return Next::Cleanup(Why::NeverApplied),
+        StateFact::NotFound if !maybe_applied => return Next::Cleanup(Why::NeverApplied),
         _ if f.namespace_terminating => return Next::Hold(Hold::NamespaceTerminating),
         StateFact::NotFound => return Next::Hold(Hold::Lost),
         StateFact::Unreadable => return Next::Hold(Hold::Unreadable),
@@ -336,11 +341,21 @@ mod tests {
                 Next::Hold(Hold::NamespaceTerminating),
             ),
             (
+                "an apply started, namespace terminating, no state left: held",
+                with(&|f| {
+                    f.namespace_terminating = true;
+                    f.state = StateFact::NotFound;
+                    f.ever_applied = false;
+                }),
+                Next::Hold(Hold::NamespaceTerminating),
+            ),
+            (
                 "never applied, namespace terminating: clean up at once",
                 with(&|f| {
                     f.namespace_terminating = true;
                     f.state = StateFact::NotFound;
                     f.ever_applied = false;
+                    f.durable_inputs = false;
                 }),
                 Next::Cleanup(Why::NeverApplied),
             ),

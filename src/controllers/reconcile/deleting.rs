@@ -79,6 +79,10 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
                     "state serial {}, {} managed resources",
                     st.serial, st.managed_resources
                 ),
+                (Hold::NamespaceTerminating, StateReadable::NotFound) => {
+                    "no state is left, but an apply of it started, so infrastructure may remain"
+                        .into()
+                }
                 (Hold::NamespaceTerminating, other) => other.message(),
                 (_, other) => other.reason().as_str().to_owned(),
             };
