@@ -12,6 +12,12 @@ pub const MANAGED_LABEL: &str = "captf.io/managed";
 pub const OWNER_KIND_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-kind";
 /// The owner's name, or its hash when it does not fit a label value.
 pub const OWNER_NAME_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/owner-name";
+/// On what CAPTF makes in the manager's namespace for the objects of a
+/// namespace being deleted: that namespace.
+pub const OWNER_NAMESPACE_LABEL: &str = "captf.io/owner-namespace";
+/// On a Job in the manager's namespace: its object's uid (no owner
+/// reference can cross namespaces).
+pub const OWNER_UID_LABEL: &str = "captf.io/owner-uid";
 /// The operation of a Job and its pod.
 pub const OP_LABEL: &str = "captf.infrastructure.cluster.x-k8s.io/op";
 /// The attempt of a Job and its pod.

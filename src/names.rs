@@ -258,6 +258,12 @@ pub fn run_secret(job_name: &str) -> String {
     format!("captf-run-{job_name}")
 }
 
+/// The credentials of a Job run from the manager's namespace: a copy of
+/// the object's mirror beside the Job, `captf-run-<job name>-creds`.
+pub fn run_credentials(job_name: &str) -> String {
+    format!("captf-run-{job_name}-creds")
+}
+
 /// The durable inputs Secret, `captf-inputs-<ks>-<name>`.
 pub fn inputs_secret(kind: Kind, name: &str) -> String {
     shortened(&format!("captf-inputs-{}-", kind.short()), name)
@@ -285,6 +291,14 @@ fn shortened(prefix: &str, name: &str) -> String {
 
 /// The runner ServiceAccount, RoleBinding and ClusterRole.
 pub const RUNNER_RBAC: &str = "captf-runner";
+
+/// The runner ServiceAccount, in the manager's namespace, of the destroys
+/// run there for the objects of `namespace` (a namespace being deleted):
+/// `captf-runner-<first 16 hex of sha256(namespace)>`. One per namespace,
+/// so that it is bound in that namespace only.
+pub fn away_runner(namespace: &str) -> String {
+    format!("{RUNNER_RBAC}-{}", hash16(namespace))
+}
 
 /// The value of the owner-name and cluster-name labels: the name itself when
 /// it fits a label value (63 characters), else the first 16 hex of its
@@ -579,6 +593,15 @@ mod tests {
         assert_eq!(credentials_mirror("aws"), "captf-creds-aws");
         assert_eq!(plan_key(Kind::Cluster, "c1"), "captf-plankey-c-c1");
         assert_eq!(RUNNER_RBAC, "captf-runner");
+        assert_eq!(
+            run_credentials("captf-m-w-destroy-a1-0a1b2c"),
+            "captf-run-captf-m-w-destroy-a1-0a1b2c-creds"
+        );
+        assert_eq!(
+            away_runner("team-a"),
+            format!("captf-runner-{}", &sha256_hex(b"team-a")[..16])
+        );
+        assert_ne!(away_runner("team-a"), away_runner("team-b"));
 
         // Names that would pass 253 characters are shortened to prefix+hash.
         let long = "n".repeat(253);

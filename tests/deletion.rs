@@ -809,8 +809,7 @@ async fn no_backup_is_taken_while_deleting() {
         })
     })
     .await;
-    // Several passes at --sync-period=2s.
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    env.more_passes(Kind::Cluster, "c", 3).await;
     let status = env.cluster_status("c").await.unwrap();
     assert_eq!(
         status.observed_state_serial,

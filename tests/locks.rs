@@ -53,7 +53,7 @@ impl Env {
     }
 
     async fn inspect(&self) -> Verdict {
-        locks::inspect(&self.client, &self.ns, Kind::Machine, OBJECT)
+        locks::inspect(&self.client, &self.ns, None, Kind::Machine, OBJECT)
             .await
             .unwrap()
     }

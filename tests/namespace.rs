@@ -1,17 +1,18 @@
 //! Deleting a namespace (issue: it must never orphan applied
 //! infrastructure): the namespace controller deletes every Secret beside
-//! the objects, but what a destroy needs is protected, and an applied
-//! object is held, never cleaned up as if it had never been applied. Each
-//! test has its own namespace, manager and executor.
-
-use std::time::Duration;
+//! the objects, but what a destroy needs is protected; an applied object
+//! is destroyed from the manager's namespace, or, when that cannot be,
+//! held, never cleaned up as if it had never been applied. Each test has
+//! its own namespace, manager and executor.
 
 use captf::api::{TerraformCluster, TerraformMachine};
 use captf::names::{self, Kind};
 use captf::state::{self, StateReadable};
 use captf_testkit::scenario::*;
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -69,8 +70,78 @@ async fn abandon<K: captf::controllers::workload::Workload>(env: &Env, name: &st
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_a_namespace_holds_applied_objects_until_they_are_abandoned() {
+async fn deleting_a_namespace_destroys_applied_objects_from_the_managers_namespace() {
     let mut env = setup(MANAGER, "ns-delete", &[], &["--sync-period=3s"]).await;
+    env.run_away_pods().await;
+    let marks = tempfile::tempdir().unwrap();
+    let mark = |name: &str| marks.path().join(name);
+    let marker = |name: &str| vars(&[("destroy_marker", json!(mark(name).to_str().unwrap()))]);
+    env.cluster("c", NOOP, marker("c")).await;
+    env.machine("m1", "c", marker("m1")).await;
+    env.machine("m2", "c", marker("m2")).await;
+    for m in ["m1", "m2"] {
+        applied_and_backed_up::<TerraformMachine>(&env, m, 1).await;
+    }
+    applied_and_backed_up::<TerraformCluster>(&env, "c", 1).await;
+    let home = JobsSeen::watch(&env);
+    let away = JobsSeen::watch_in(&env, &env.away.clone());
+
+    delete_namespace(&env).await;
+    // A manager restarted in the middle, once the first destroy started,
+    // comes to the same end.
+    within(&env, 60, "a machine's destroy started", || async {
+        (!away.destroys(Kind::Machine, "m1").is_empty()
+            || !away.destroys(Kind::Machine, "m2").is_empty())
+        .then_some(())
+    })
+    .await;
+    env.restart_manager(&["--sync-period=3s"]).await;
+    within(&env, 240, "the namespace gone", || async {
+        namespace_gone(&env).await.then_some(())
+    })
+    .await;
+    // Each object was destroyed (its module's destroy-time provisioner
+    // ran), from the manager's namespace, before its finalizer went.
+    for (kind, name) in [
+        (Kind::Machine, "m1"),
+        (Kind::Machine, "m2"),
+        (Kind::Cluster, "c"),
+    ] {
+        assert!(mark(name).exists(), "{name} was not destroyed");
+        assert!(!away.destroys(kind, name).is_empty(), "{kind:?} {name}");
+        assert!(home.destroys(kind, name).is_empty(), "{kind:?} {name}");
+    }
+    // The machines went before the cluster.
+    let first = |kind, name| away.destroys(kind, name)[0].1;
+    assert!(first(Kind::Cluster, "c") >= first(Kind::Machine, "m1"));
+    assert!(first(Kind::Cluster, "c") >= first(Kind::Machine, "m2"));
+    let log = env.manager.log();
+    assert!(!log.contains("deleted (never applied)"), "{log}");
+    assert!(!log.contains("deleted (abandoned)"), "{log}");
+    // Nothing is left in the manager's namespace: the Jobs (with their
+    // pods and Secrets) and the namespace's runner account are swept.
+    let away_ns = env.away.clone();
+    within(&env, 60, "the manager's namespace swept", || async {
+        let jobs = Api::<Job>::namespaced(env.client.clone(), &away_ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap();
+        let accounts = Api::<ServiceAccount>::namespaced(env.client.clone(), &away_ns)
+            .get_opt(&names::away_runner(&env.ns))
+            .await
+            .unwrap();
+        let secrets = Api::<Secret>::namespaced(env.client.clone(), &away_ns)
+            .list(&ListParams::default().labels("captf.io/managed=true"))
+            .await
+            .unwrap();
+        (jobs.items.is_empty() && accounts.is_none() && secrets.items.is_empty()).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_its_runner_binding_a_deleted_namespace_holds_applied_objects_until_abandoned() {
+    let mut env = setup(MANAGER, "ns-held", &[], &["--sync-period=3s"]).await;
     env.cluster("c", NOOP, None).await;
     env.machine("m1", "c", None).await;
     env.machine("m2", "c", None).await;
@@ -79,13 +150,40 @@ async fn deleting_a_namespace_holds_applied_objects_until_they_are_abandoned() {
     }
     applied_and_backed_up::<TerraformCluster>(&env, "c", 1).await;
     let jobs = JobsSeen::watch(&env);
+    let away = JobsSeen::watch_in(&env, &env.away.clone());
+    // As a binding made before it was protected, which the namespace
+    // deletion takes: no destroy can run from the manager's namespace.
+    let bindings = Api::<RoleBinding>::namespaced(env.client.clone(), &env.ns);
+    let binding = bindings.get("captf-runner").await.unwrap();
+    assert!(
+        binding
+            .finalizers()
+            .iter()
+            .any(|f| f == "captf.io/protection")
+    );
+    bindings
+        .patch(
+            "captf-runner",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    // Gone before the namespace deletion, which would take it only a
+    // moment after the objects' first deleting pass.
+    bindings
+        .delete("captf-runner", &DeleteParams::default())
+        .await
+        .unwrap();
 
     delete_namespace(&env).await;
     for m in ["m1", "m2"] {
         within(&env, 60, "the machine held on the namespace", || async {
-            env.machine_status(m)
-                .await
-                .filter(|s| held_on_namespace(&env, s))
+            env.machine_status(m).await.filter(|s| {
+                held_on_namespace(&env, s)
+                    && condition_message(s, "Deleting")
+                        .is_some_and(|m| m.contains("RoleBinding captf-runner is gone"))
+            })
         })
         .await;
     }
@@ -96,8 +194,17 @@ async fn deleting_a_namespace_holds_applied_objects_until_they_are_abandoned() {
     })
     .await;
     assert_eq!(condition(&c, "Deleting").map(|(s, _)| s), Some("True"));
-    // The namespace controller has had its go at every Secret by now.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The namespace controller has had its go at the Secrets: the
+    // identity's own, which nothing protects, is gone.
+    within(&env, 60, "the unprotected creds Secret deleted", || async {
+        env.secrets()
+            .get_opt("creds")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
     for (kind, name) in [
         (Kind::Machine, "m1"),
         (Kind::Machine, "m2"),
@@ -108,7 +215,9 @@ async fn deleting_a_namespace_holds_applied_objects_until_they_are_abandoned() {
 
     // A restarted manager comes to the same holds.
     env.restart_manager(&["--sync-period=3s"]).await;
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    for m in ["m1", "m2"] {
+        env.more_passes(Kind::Machine, m, 1).await;
+    }
     for m in ["m1", "m2"] {
         let s = env.machine_status(m).await.unwrap();
         assert!(held_on_namespace(&env, &s), "{m}: {}", env.context());
@@ -139,6 +248,7 @@ async fn deleting_a_namespace_holds_applied_objects_until_they_are_abandoned() {
     for kind in [Kind::Machine, Kind::Cluster] {
         for name in ["m1", "m2", "c"] {
             assert!(jobs.destroys(kind, name).is_empty(), "{kind:?} {name}");
+            assert!(away.destroys(kind, name).is_empty(), "{kind:?} {name}");
         }
     }
 }

@@ -296,7 +296,7 @@ async fn an_empty_namespace_loses_only_its_managed_objects() {
     )
     .await;
 
-    let swept = sweep::sweep(&client, &ns).await.unwrap();
+    let swept = sweep::sweep(&client, &ns, None).await.unwrap();
     let mut got = swept.deleted.clone();
     got.sort();
     let mut want = vec![
@@ -335,7 +335,10 @@ async fn an_empty_namespace_loses_only_its_managed_objects() {
     assert!(exists::<TerraformMachineTemplate>(&client, &ns, "tmpl").await);
 
     // Nothing is left to do.
-    assert_eq!(sweep::sweep(&client, &ns).await.unwrap(), Swept::default());
+    assert_eq!(
+        sweep::sweep(&client, &ns, None).await.unwrap(),
+        Swept::default()
+    );
 }
 
 #[tokio::test]
@@ -358,7 +361,7 @@ async fn subjects_no_object_uses_are_pruned() {
     let run = leases::run_lease(&lease_request(&ns, "m"));
     create(&client, &ns, &run).await;
 
-    let swept = sweep::sweep(&client, &ns).await.unwrap();
+    let swept = sweep::sweep(&client, &ns, None).await.unwrap();
     assert_eq!(
         swept,
         Swept {
@@ -375,16 +378,26 @@ async fn subjects_no_object_uses_are_pruned() {
         assert!(exists::<ServiceAccount>(&client, &ns, name).await, "{name}");
     }
     assert!(exists::<Lease>(&client, &ns, run.metadata.name.as_deref().unwrap()).await);
-    assert_eq!(sweep::sweep(&client, &ns).await.unwrap(), Swept::default());
+    assert_eq!(
+        sweep::sweep(&client, &ns, None).await.unwrap(),
+        Swept::default()
+    );
 
     // An override comes back into use: the sweep keeps it.
-    Api::<RoleBinding>::namespaced(client.clone(), &ns)
-        .delete("captf-runner", &DeleteParams::default())
-        .await
-        .unwrap();
+    // The binding is protected: it goes once unprotected.
+    captf::protection::unprotect_and_delete(
+        &Api::<RoleBinding>::namespaced(client.clone(), &ns),
+        "captf-runner",
+        &DeleteParams::default(),
+    )
+    .await
+    .unwrap();
     binding(&client, &ns, &["builder", "captf-runner"]).await;
     machine(&client, &ns, "m2", "prod", Some("builder")).await;
-    assert_eq!(sweep::sweep(&client, &ns).await.unwrap(), Swept::default());
+    assert_eq!(
+        sweep::sweep(&client, &ns, None).await.unwrap(),
+        Swept::default()
+    );
     assert_eq!(
         subjects(&client, &ns, "captf-runner").await,
         ["builder", "captf-runner"]
@@ -399,7 +412,7 @@ async fn a_cluster_default_account_is_kept() {
     machine(&client, &ns, "m", "prod", None).await;
     binding(&client, &ns, &["builder", "captf-runner", "deployer"]).await;
 
-    let swept = sweep::sweep(&client, &ns).await.unwrap();
+    let swept = sweep::sweep(&client, &ns, None).await.unwrap();
     assert_eq!(swept.pruned, ["builder"]);
     assert!(swept.deleted.is_empty(), "{swept:?}");
     // The machine runs as the default; the cluster itself as captf-runner.
@@ -423,7 +436,7 @@ async fn a_missing_cluster_keeps_every_default() {
     )
     .await;
 
-    let swept = sweep::sweep(&client, &ns).await.unwrap();
+    let swept = sweep::sweep(&client, &ns, None).await.unwrap();
     assert_eq!(swept.pruned, ["builder"]);
     assert_eq!(
         subjects(&client, &ns, "captf-runner").await,
@@ -433,7 +446,7 @@ async fn a_missing_cluster_keeps_every_default() {
     // Once its cluster is found (with no defaults), only captf-runner is
     // in use.
     terraform_cluster(&client, &ns, "missing", None).await;
-    let swept = sweep::sweep(&client, &ns).await.unwrap();
+    let swept = sweep::sweep(&client, &ns, None).await.unwrap();
     assert_eq!(swept.pruned, ["deployer", "other-deployer"]);
     assert_eq!(
         subjects(&client, &ns, "captf-runner").await,
@@ -472,7 +485,10 @@ async fn an_object_being_deleted_keeps_the_namespace() {
     create(&client, &ns, &rbac::service_account(&ns)).await;
     binding(&client, &ns, &["captf-runner"]).await;
 
-    assert_eq!(sweep::sweep(&client, &ns).await.unwrap(), Swept::default());
+    assert_eq!(
+        sweep::sweep(&client, &ns, None).await.unwrap(),
+        Swept::default()
+    );
     assert!(exists::<ServiceAccount>(&client, &ns, "captf-runner").await);
     assert!(exists::<RoleBinding>(&client, &ns, "captf-runner").await);
 }
@@ -485,7 +501,10 @@ async fn an_unmanaged_runner_binding_is_never_pruned() {
     let theirs = user_binding(&ns, "captf-runner", &[], &["builder", "captf-runner"]);
     create(&client, &ns, &theirs).await;
 
-    assert_eq!(sweep::sweep(&client, &ns).await.unwrap(), Swept::default());
+    assert_eq!(
+        sweep::sweep(&client, &ns, None).await.unwrap(),
+        Swept::default()
+    );
     assert_eq!(
         subjects(&client, &ns, "captf-runner").await,
         ["builder", "captf-runner"]
@@ -504,7 +523,9 @@ async fn the_scope_limits_the_sweep_and_no_scope_finds_every_namespace() {
     machine(&client, &pruned, "m", "prod", None).await;
     binding(&client, &pruned, &["builder", "captf-runner"]).await;
 
-    sweep::sweep_all(&client, Some(&inside)).await.unwrap();
+    sweep::sweep_all(&client, Some(&inside), None)
+        .await
+        .unwrap();
     assert!(!exists::<ServiceAccount>(&client, &inside, "captf-runner").await);
     assert!(exists::<ServiceAccount>(&client, &outside, "captf-runner").await);
     assert_eq!(
@@ -513,7 +534,7 @@ async fn the_scope_limits_the_sweep_and_no_scope_finds_every_namespace() {
     );
 
     // Without a scope, every namespace holding a managed object is swept.
-    sweep::sweep_all(&client, None).await.unwrap();
+    sweep::sweep_all(&client, None, None).await.unwrap();
     assert!(!exists::<ServiceAccount>(&client, &outside, "captf-runner").await);
     assert_eq!(
         subjects(&client, &pruned, "captf-runner").await,
@@ -559,7 +580,7 @@ async fn an_empty_namespace_loses_the_protection_of_what_is_left() {
 
     // A machine still there: nothing is let go.
     machine(&client, &ns, "m", "prod", None).await;
-    sweep::sweep(&client, &ns).await.unwrap();
+    sweep::sweep(&client, &ns, None).await.unwrap();
     let (s, l) = finalizers(client.clone(), ns.clone()).await;
     assert_eq!((s.len(), l.len()), (1, 1), "{s:?} {l:?}");
 
@@ -567,7 +588,7 @@ async fn an_empty_namespace_loses_the_protection_of_what_is_left() {
         .delete("m", &DeleteParams::default())
         .await
         .unwrap();
-    let swept = sweep::sweep(&client, &ns).await.unwrap();
+    let swept = sweep::sweep(&client, &ns, None).await.unwrap();
     assert_eq!(
         swept.released,
         [

@@ -287,6 +287,39 @@ pub fn decide(o: &Observed, namespace: &str, owner: &OwnerReference) -> Credenti
     }
 }
 
+/// The credentials of a destroy in a namespace being deleted, where the
+/// identity's Secret may have gone with everything else: the mirror, as
+/// last copied, is used (it is protected for exactly this). Any other
+/// refusal stands.
+pub fn last_copy(o: &Observed, decided: Credentials) -> Credentials {
+    let (Some(name), Some(mirror)) = (o.name.as_deref(), o.mirror.as_ref()) else {
+        return decided;
+    };
+    let ours = mirror
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MIRRORED_LABEL))
+        .is_some_and(|v| v == "true");
+    if decided.identity.is_some() || decided.allowed.reason != "SecretNotFound" || !ours {
+        return decided;
+    }
+    let mirror = names::credentials_mirror(name);
+    Credentials {
+        identity: Some(name.to_owned()),
+        mirrored: Cond::new(
+            CREDENTIALS_MIRRORED,
+            Status::True,
+            "MirrorKept",
+            format!(
+                "the Secret of TerraformClusterIdentity {name} is gone; the destroy uses Secret {mirror} as last copied"
+            ),
+        ),
+        write: None,
+        ..decided
+    }
+}
+
 /// Performs a mirror write; the error is the MirrorFailed message. A
 /// conflict (another object of the namespace wrote first) fails it, and
 /// the next pass reads again.

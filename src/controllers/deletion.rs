@@ -54,6 +54,10 @@ pub struct Situation {
     /// The namespace is being deleted: no Job, Secret or Event can be
     /// created in it.
     pub namespace_terminating: bool,
+    /// A destroy can run from the manager's namespace instead
+    /// ([`crate::jobs::away::check`]); read only while the namespace is
+    /// being deleted.
+    pub away_possible: bool,
     /// The durable inputs Secret is there and whole.
     pub durable_inputs: bool,
     /// The spec renders now (a cluster's or pool's fallback for a destroy).
@@ -71,7 +75,9 @@ pub enum Hold {
     Lost,
     /// The state cannot be read (corrupt, inconsistent, encrypted).
     Unreadable,
-    /// The namespace is being deleted, so no destroy Job can start in it.
+    /// The namespace is being deleted, so no destroy Job can start in it,
+    /// and none can run from the manager's namespace either (or there is
+    /// no readable state to destroy from).
     NamespaceTerminating,
 }
 
@@ -131,9 +137,13 @@ pub fn next(f: &Situation) -> Next {
     // protected it, while the apply's durable inputs, protected from the
     // start, say an apply began.
     let maybe_applied = f.ever_applied || (f.namespace_terminating && f.durable_inputs);
+    let readable = matches!(f.state, StateFact::Read { .. });
     match f.state {
         StateFact::NotFound if !maybe_applied => return Next::Cleanup(Why::NeverApplied),
-        _ if f.namespace_terminating => return Next::Hold(Hold::NamespaceTerminating),
+        // The destroy runs from the manager's namespace, or not at all.
+        _ if f.namespace_terminating && !(readable && f.away_possible) => {
+            return Next::Hold(Hold::NamespaceTerminating);
+        }
         StateFact::NotFound => return Next::Hold(Hold::Lost),
         StateFact::Unreadable => return Next::Hold(Hold::Unreadable),
         StateFact::Read { .. } => {}
@@ -168,7 +178,8 @@ pub fn held(hold: Hold, namespace: &str, suffix: &str, uid: &str, detail: &str) 
                 "DeletionHeld",
                 format!(
                     "deletion held: namespace {namespace} is being deleted, so no destroy Job can be created in it, \
-                     and the infrastructure the state records ({detail}) is still there. The state Secret {}, its backups \
+                     and none can run from the manager's namespace ({detail}); the infrastructure the state records \
+                     is still there. The state Secret {}, its backups \
                      ({}-<serial>) and the durable inputs are kept until this object is destroyed or abandoned. Either \
                      annotate this object {ABANDON}={uid} to remove it and leave the infrastructure as it is, or copy the \
                      state and its backups into another namespace, recreate the object there and destroy it from there, \
@@ -233,6 +244,7 @@ mod tests {
             },
             ever_applied: true,
             namespace_terminating: false,
+            away_possible: true,
             durable_inputs: true,
             renders: true,
             finished: vec![job(Op::Apply, true, 0)],
@@ -327,9 +339,36 @@ mod tests {
                 Next::Destroy(DestroyInputs::Durable),
             ),
             (
-                "applied, namespace terminating: held, no destroy",
+                "applied, namespace terminating: destroyed from the manager's namespace",
                 with(&|f| f.namespace_terminating = true),
+                Next::Destroy(DestroyInputs::Durable),
+            ),
+            (
+                "applied, namespace terminating, no destroy possible from elsewhere: held",
+                with(&|f| {
+                    f.namespace_terminating = true;
+                    f.away_possible = false;
+                }),
                 Next::Hold(Hold::NamespaceTerminating),
+            ),
+            (
+                "namespace terminating, state unreadable: held, even if possible from elsewhere",
+                with(&|f| {
+                    f.namespace_terminating = true;
+                    f.state = StateFact::Unreadable;
+                }),
+                Next::Hold(Hold::NamespaceTerminating),
+            ),
+            (
+                "namespace terminating, a destroy from elsewhere failed: backing off",
+                with(&|f| {
+                    f.namespace_terminating = true;
+                    f.finished.insert(0, job(Op::Destroy, false, 970));
+                }),
+                Next::Backoff {
+                    wait: Duration::from_secs(30),
+                    failures: 1,
+                },
             ),
             (
                 "applied, state gone with the namespace: held on the namespace",

@@ -33,7 +33,8 @@ use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
 use crate::error::{Categorized, Category, kube_category};
 use crate::jobs::variables::{self, SourceKind};
 use crate::keys::{
-    CLUSTER_NAME_LABEL, LEASE_LABEL, MANAGED_LABEL, VARIABLES_LABEL, WATCH_FILTER_LABEL,
+    CLUSTER_NAME_LABEL, LEASE_LABEL, MANAGED_LABEL, OWNER_KIND_LABEL, OWNER_UID_LABEL,
+    VARIABLES_LABEL, WATCH_FILTER_LABEL,
 };
 use crate::metrics::Metrics;
 use crate::server::health::{GATE_WATCHES, Readiness};
@@ -59,6 +60,9 @@ pub struct Settings {
     /// Backups kept per object; 0 takes none.
     pub state_backups: u32,
     pub namespace: Option<String>,
+    /// The manager's own namespace, where the destroys of objects whose
+    /// namespace is being deleted run ([`crate::jobs::away`]).
+    pub away: Option<String>,
     pub watch_filter: Option<String>,
     pub sync_period: Duration,
     pub concurrency: Concurrency,
@@ -80,6 +84,8 @@ pub enum Error {
     State(#[from] crate::state::ReadError),
     #[error("runner RBAC: {0}")]
     Rbac(#[from] crate::jobs::rbac::RbacError),
+    #[error("{0}")]
+    Away(#[source] crate::jobs::away::AwayError),
     #[error("lease: {0}")]
     Lease(#[from] crate::jobs::leases::LeaseError),
     #[error("state lock: {0}")]
@@ -100,6 +106,7 @@ impl Categorized for Error {
             Error::Kube(e) => kube_category(e),
             Error::State(e) => e.category(),
             Error::Rbac(e) => e.category(),
+            Error::Away(e) => e.category(),
             Error::Lease(e) => e.category(),
             Error::Lock(e) => e.category(),
             Error::Backup(e) => e.category(),
@@ -216,6 +223,17 @@ pub async fn run(
         move |lease: Lease| same_cluster(&pools_store, &lease),
     );
 
+    // The destroys run from the manager's namespace carry no owner
+    // reference: their object is found by the uid label.
+    let (clusters, machines, pools) = match settings.away.as_deref() {
+        Some(away) => (
+            wake_on_away_jobs(clusters, &client, away),
+            wake_on_away_jobs(machines, &client, away),
+            wake_on_away_jobs(pools, &client, away),
+        ),
+        None => (clusters, machines, pools),
+    };
+
     // An object waiting for a variablesFrom source, or using one that
     // changed, is woken by the source: only labeled ConfigMaps and Secrets
     // are watched.
@@ -249,9 +267,14 @@ pub async fn run(
     let sweeper = tokio::spawn(sweep::periodically(
         client.clone(),
         settings.namespace.clone(),
+        settings.away.clone(),
         settings.sync_period,
     ));
-    let asked_sweeps = tokio::spawn(sweep::when_asked(client.clone(), asked));
+    let asked_sweeps = tokio::spawn(sweep::when_asked(
+        client.clone(),
+        settings.away.clone(),
+        asked,
+    ));
 
     info!(namespace = ?settings.namespace, "starting the reconcilers");
     let c = settings.concurrency;
@@ -309,6 +332,32 @@ fn wake_on_sources<K: Workload>(
         scoped::<Secret>(client, ns),
         config.clone(),
         move |s: Secret| referencing(&store, SourceKind::Secret, &s),
+    )
+}
+
+fn wake_on_away_jobs<K: Workload>(
+    controller: Controller<K>,
+    client: &kube::Client,
+    away: &str,
+) -> Controller<K> {
+    let store = controller.store();
+    let config = watcher::Config::default().labels(&format!(
+        "{MANAGED_LABEL}=true,{OWNER_KIND_LABEL}={},{OWNER_UID_LABEL}",
+        K::KIND.kind()
+    ));
+    controller.watches(
+        Api::<Job>::namespaced(client.clone(), away),
+        config,
+        move |job: Job| {
+            let uid = kube::ResourceExt::labels(&job)
+                .get(OWNER_UID_LABEL)
+                .cloned();
+            store
+                .state()
+                .iter()
+                .find(|o| o.meta().uid.is_some() && o.meta().uid == uid)
+                .map(|o| ObjectRef::from_obj(o.as_ref()))
+        },
     )
 }
 

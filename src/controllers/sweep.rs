@@ -4,6 +4,10 @@
 //! ServiceAccount, RoleBinding and Lease; in any other namespace the
 //! RoleBinding `captf-runner` is pruned to the accounts still in use.
 //!
+//! The sweep of an empty namespace also removes the protection of what is
+//! left there (the runner RoleBinding's included), and what destroys of its
+//! objects run from the manager's namespace left there ([`crate::jobs::away`]).
+//!
 //! It reads the API server directly (no cache, no --watch-filter), logs and
 //! records no events. [`plan`] and [`kept_subjects`] decide; [`sweep`] reads
 //! and writes. Objects being deleted still count: their finalizer may yet run
@@ -13,11 +17,14 @@ use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{RoleBinding, Subject};
 use kube::Resource;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions};
+use kube::api::{
+    Api, DeleteParams, ListParams, ObjectMeta, PostParams, Preconditions, PropagationPolicy,
+};
 use kube::core::NamespaceResourceScope;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -27,7 +34,9 @@ use super::workload::Workload;
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
 use crate::error::{Categorized, Category, kube_category};
 use crate::jobs::rbac;
-use crate::keys::{CLUSTER_NAME_LABEL, MANAGED_LABEL, PROTECTED_LABEL, PROTECTION};
+use crate::keys::{
+    CLUSTER_NAME_LABEL, MANAGED_LABEL, OWNER_NAMESPACE_LABEL, PROTECTED_LABEL, PROTECTION,
+};
 use crate::names::{self, Kind, RUNNER_RBAC};
 use crate::protection;
 
@@ -136,7 +145,9 @@ pub fn plan(facts: &NamespaceFacts) -> Plan {
 
 /// The subjects of the managed RoleBinding of `namespace` once pruned to the
 /// accounts `keep`: only ServiceAccounts of this namespace named there, in
-/// their order.
+/// their order, and the runner of the destroys run for this namespace from
+/// the manager's namespace (the namespace is being deleted, and objects
+/// are left only while they destroy).
 pub fn kept_subjects(
     subjects: &[Subject],
     namespace: &str,
@@ -146,9 +157,9 @@ pub fn kept_subjects(
         .iter()
         .filter(|s| {
             s.kind == "ServiceAccount"
-                && s.namespace.as_deref() == Some(namespace)
                 && s.api_group.as_deref().unwrap_or_default().is_empty()
-                && keep.contains(&s.name)
+                && ((s.namespace.as_deref() == Some(namespace) && keep.contains(&s.name))
+                    || s.name == names::away_runner(namespace))
         })
         .cloned()
         .collect()
@@ -220,8 +231,11 @@ impl Categorized for SweepError {
     }
 }
 
+/// CAPTF's objects of a namespace, without those it keeps in the
+/// manager's namespace for another's objects: the sweep of that other
+/// namespace takes them.
 fn managed_selector() -> ListParams {
-    ListParams::default().labels(&format!("{MANAGED_LABEL}=true"))
+    ListParams::default().labels(&format!("{MANAGED_LABEL}=true,!{OWNER_NAMESPACE_LABEL}"))
 }
 
 fn protected_selector() -> ListParams {
@@ -348,6 +362,8 @@ where
                 resource_version: meta.resource_version.clone(),
                 uid: meta.uid.clone(),
             }),
+            // A Job's pods and Secrets go with it.
+            propagation_policy: Some(PropagationPolicy::Background),
             ..Default::default()
         };
         match api.delete(name, &params).await {
@@ -388,9 +404,32 @@ where
     Ok(())
 }
 
+/// What the destroys of `namespace`'s objects left in the manager's
+/// namespace `away`: their Jobs (their pods, per-run Secrets and
+/// credentials copies go with them), the Leases they took and the
+/// namespace's away runner account.
+async fn away_leftovers(
+    client: &kube::Client,
+    away: &str,
+    namespace: &str,
+    swept: &mut Swept,
+) -> Result<(), kube::Error> {
+    let of_namespace = ListParams::default().labels(&format!(
+        "{MANAGED_LABEL}=true,{OWNER_NAMESPACE_LABEL}={namespace}"
+    ));
+    let jobs = listed::<Job>(client, Some(away), &of_namespace).await?;
+    let accounts = listed::<ServiceAccount>(client, Some(away), &of_namespace).await?;
+    let leases = listed::<Lease>(client, Some(away), &of_namespace).await?;
+    delete_listed::<Job>(client, away, &jobs, swept).await?;
+    delete_listed::<ServiceAccount>(client, away, &accounts, swept).await?;
+    delete_listed::<Lease>(client, away, &leases, swept).await?;
+    Ok(())
+}
+
 async fn sweep_once(
     client: &kube::Client,
     namespace: &str,
+    away: Option<&str>,
     swept: &mut Swept,
 ) -> Result<(), kube::Error> {
     let accounts = managed::<ServiceAccount>(client, Some(namespace)).await?;
@@ -409,6 +448,10 @@ async fn sweep_once(
             // No object is left to destroy from what they protect.
             release_listed::<Secret>(client, namespace, swept).await?;
             release_listed::<Lease>(client, namespace, swept).await?;
+            release_listed::<RoleBinding>(client, namespace, swept).await?;
+            if let Some(away) = away {
+                away_leftovers(client, away, namespace, swept).await?;
+            }
         }
         Plan::Prune { keep } => {
             for workload in unresolved(&facts) {
@@ -445,12 +488,18 @@ async fn sweep_once(
 }
 
 /// Sweeps `namespace`, starting over when a write lost a race.
-pub async fn sweep(client: &kube::Client, namespace: &str) -> Result<Swept, SweepError> {
+/// `away` is the manager's namespace, where destroys of objects of a
+/// namespace being deleted run.
+pub async fn sweep(
+    client: &kube::Client,
+    namespace: &str,
+    away: Option<&str>,
+) -> Result<Swept, SweepError> {
     let mut swept = Swept::default();
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match sweep_once(client, namespace, &mut swept).await {
+        match sweep_once(client, namespace, away, &mut swept).await {
             Ok(()) => break,
             Err(e) if attempt < ATTEMPTS && conflict(&e) => {}
             Err(e) => return Err(e.into()),
@@ -467,8 +516,12 @@ pub async fn sweep(client: &kube::Client, namespace: &str) -> Result<Swept, Swee
 /// Sweeps the namespace `scope` (--namespace), or else every namespace that
 /// holds a managed ServiceAccount, RoleBinding or Lease. A failing namespace
 /// does not stop the others.
-pub async fn sweep_all(client: &kube::Client, scope: Option<&str>) -> Result<(), SweepError> {
-    let namespaces: BTreeSet<String> = match scope {
+pub async fn sweep_all(
+    client: &kube::Client,
+    scope: Option<&str>,
+    away: Option<&str>,
+) -> Result<(), SweepError> {
+    let mut namespaces: BTreeSet<String> = match scope {
         Some(ns) => BTreeSet::from([ns.to_owned()]),
         None => {
             let mut found = managed::<ServiceAccount>(client, None).await?;
@@ -478,9 +531,22 @@ pub async fn sweep_all(client: &kube::Client, scope: Option<&str>) -> Result<(),
             found.into_iter().filter_map(|m| m.namespace).collect()
         }
     };
+    // The namespaces whose objects' destroys left something in the
+    // manager's namespace, gone or not.
+    if let Some(away) = away {
+        let labelled = ListParams::default().labels(OWNER_NAMESPACE_LABEL);
+        let mut found = listed::<ServiceAccount>(client, Some(away), &labelled).await?;
+        found.extend(listed::<Job>(client, Some(away), &labelled).await?);
+        namespaces.extend(
+            found
+                .into_iter()
+                .filter_map(|m| m.labels?.remove(OWNER_NAMESPACE_LABEL))
+                .filter(|ns| scope.is_none_or(|s| s == ns)),
+        );
+    }
     let mut failed = Vec::new();
     for namespace in namespaces {
-        if let Err(e) = sweep(client, &namespace).await {
+        if let Err(e) = sweep(client, &namespace, away).await {
             failed.push((namespace, e));
         }
     }
@@ -498,7 +564,11 @@ const GATHER: Duration = Duration::from_secs(1);
 
 /// Sweeps the namespaces `asked` names, those asked for within [`GATHER`]
 /// of each other once each; failures are retried by the periodic sweep.
-pub async fn when_asked(client: kube::Client, mut asked: UnboundedReceiver<String>) {
+pub async fn when_asked(
+    client: kube::Client,
+    away: Option<String>,
+    mut asked: UnboundedReceiver<String>,
+) {
     while let Some(first) = asked.recv().await {
         let mut namespaces = BTreeSet::from([first]);
         let gathering = tokio::time::sleep(GATHER);
@@ -515,16 +585,21 @@ pub async fn when_asked(client: kube::Client, mut asked: UnboundedReceiver<Strin
             }
         }
         for namespace in namespaces {
-            if let Err(e) = sweep(&client, &namespace).await {
+            if let Err(e) = sweep(&client, &namespace, away.as_deref()).await {
                 warn!(namespace, "namespace sweep: {e}");
             }
         }
     }
 }
 
-pub async fn periodically(client: kube::Client, scope: Option<String>, period: Duration) {
+pub async fn periodically(
+    client: kube::Client,
+    scope: Option<String>,
+    away: Option<String>,
+    period: Duration,
+) {
     loop {
-        if let Err(e) = sweep_all(&client, scope.as_deref()).await {
+        if let Err(e) = sweep_all(&client, scope.as_deref(), away.as_deref()).await {
             warn!("{e}");
         }
         tokio::time::sleep(period).await;

@@ -31,6 +31,8 @@ use crate::state::TFSTATE_KEY;
 pub const SOURCE_CONTAINER: &str = "source";
 /// The init container, which copies the runner in.
 pub const RUNNER_CONTAINER: &str = "runner";
+/// The volume of the credentials mirror.
+pub const CREDENTIALS_VOLUME: &str = "creds";
 /// The pod's grace period after SIGTERM.
 pub const TERMINATION_GRACE_PERIOD_SECONDS: i64 = 600;
 /// How long the runner lets an interrupted step finish: within the grace
@@ -116,7 +118,7 @@ pub fn build(req: &JobRequest) -> BuiltJob {
     if let Some(identity) = req.identity {
         let mirror = names::credentials_mirror(identity);
         volumes.push(Volume {
-            name: "creds".into(),
+            name: CREDENTIALS_VOLUME.into(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(mirror.clone()),
                 default_mode: Some(SECRET_MODE),
@@ -125,7 +127,7 @@ pub fn build(req: &JobRequest) -> BuiltJob {
             }),
             ..Default::default()
         });
-        mounts.push(mount("creds", CREDENTIALS_DIR, true));
+        mounts.push(mount(CREDENTIALS_VOLUME, CREDENTIALS_DIR, true));
         env_from = Some(vec![EnvFromSource {
             secret_ref: Some(SecretEnvSource {
                 name: mirror,

@@ -2,11 +2,14 @@
 //! inside-the-job.md): the effective Job policy ([`policy`]), the rendered
 //! root module and its inputs hash ([`inputs`]), the Job and its per-run
 //! Secret ([`builder`]), the runner's ServiceAccount and RoleBinding
-//! ([`rbac`]), and the run lease and cluster write lease ([`leases`]).
+//! ([`rbac`]), the run lease and cluster write lease ([`leases`]), and a
+//! destroy's move to the manager's namespace when the object's is being
+//! deleted ([`away`]).
 //!
 //! `policy`, `inputs` and `builder` are pure; `rbac` and `leases` keep their
 //! decisions pure and do their Kubernetes I/O in a few small functions.
 
+pub mod away;
 pub mod builder;
 pub mod durable;
 pub mod inputs;

@@ -17,6 +17,7 @@ use super::lost_race;
 use crate::error::{Categorized, Category, kube_category};
 use crate::keys::{MANAGED_LABEL, RUNNER_LABEL};
 use crate::names::RUNNER_RBAC;
+use crate::protection;
 
 /// How many times a RoleBinding write that lost a race is retried. Every
 /// round has a winner, so a writer always gets through while there are no
@@ -43,15 +44,19 @@ pub fn service_account(namespace: &str) -> ServiceAccount {
     }
 }
 
-/// The RoleBinding of `namespace` for the accounts named `subjects`.
+/// The RoleBinding of `namespace` for the accounts named `subjects`,
+/// protected: a destroy run from the manager's namespace while this one is
+/// being deleted needs it, and none can be created then.
 pub fn role_binding(namespace: &str, subjects: &BTreeSet<String>) -> RoleBinding {
+    let mut metadata = ObjectMeta {
+        name: Some(RUNNER_RBAC.into()),
+        namespace: Some(namespace.into()),
+        labels: Some(managed_labels()),
+        ..Default::default()
+    };
+    protection::protect(&mut metadata);
     RoleBinding {
-        metadata: ObjectMeta {
-            name: Some(RUNNER_RBAC.into()),
-            namespace: Some(namespace.into()),
-            labels: Some(managed_labels()),
-            ..Default::default()
-        },
+        metadata,
         role_ref: role_ref(),
         subjects: Some(
             subjects
@@ -70,7 +75,7 @@ fn role_ref() -> RoleRef {
     }
 }
 
-fn subject(namespace: &str, name: &str) -> Subject {
+pub(crate) fn subject(namespace: &str, name: &str) -> Subject {
     Subject {
         kind: "ServiceAccount".into(),
         name: name.into(),
@@ -124,9 +129,13 @@ pub fn check_override(name: &str, found: Option<&ServiceAccount>) -> Result<(), 
     }
 }
 
-/// `binding` with `account` added to its subjects, or None when it is there
-/// already.
-fn with_subject(binding: &RoleBinding, namespace: &str, account: &str) -> Option<RoleBinding> {
+/// `binding` with the account `account` of `namespace` added to its
+/// subjects and protected, or None when it is both already.
+pub(crate) fn with_subject(
+    binding: &RoleBinding,
+    namespace: &str,
+    account: &str,
+) -> Option<RoleBinding> {
     let wanted = subject(namespace, account);
     let subjects = binding.subjects.as_deref().unwrap_or_default();
     let present = subjects.iter().any(|s| {
@@ -135,11 +144,14 @@ fn with_subject(binding: &RoleBinding, namespace: &str, account: &str) -> Option
             && s.namespace == wanted.namespace
             && s.api_group.as_deref().unwrap_or_default().is_empty()
     });
-    if present {
+    if present && protection::is_protected(binding) {
         return None;
     }
     let mut updated = binding.clone();
-    updated.subjects.get_or_insert_default().push(wanted);
+    protection::protect(&mut updated.metadata);
+    if !present {
+        updated.subjects.get_or_insert_default().push(wanted);
+    }
     Some(updated)
 }
 
@@ -268,7 +280,13 @@ mod tests {
 
         let binding = role_binding("ns", &BTreeSet::from(["b".into(), "a".into()]));
         assert_eq!(binding.metadata.name.as_deref(), Some("captf-runner"));
-        assert_eq!(binding.metadata.labels, Some(managed_labels()));
+        let mut protected = managed_labels();
+        protected.insert("captf.io/protected".into(), "true".into());
+        assert_eq!(binding.metadata.labels, Some(protected));
+        assert_eq!(
+            binding.metadata.finalizers.as_deref(),
+            Some(&["captf.io/protection".to_owned()][..])
+        );
         assert_eq!(
             binding.role_ref,
             RoleRef {
@@ -374,6 +392,13 @@ mod tests {
                 .len(),
             3
         );
+        // A binding made before protection existed gains it, once.
+        let mut unprotected = binding.clone();
+        unprotected.metadata.finalizers = None;
+        let protected = with_subject(&unprotected, "ns", "captf-runner").unwrap();
+        assert!(protection::is_protected(&protected));
+        assert_eq!(protected.subjects, binding.subjects);
+        assert_eq!(with_subject(&protected, "ns", "captf-runner"), None);
         let mut empty = binding;
         empty.subjects = None;
         assert_eq!(

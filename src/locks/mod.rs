@@ -261,9 +261,13 @@ impl Categorized for LockError {
 /// Reads the object's state lock Lease and, only when its holder is one of
 /// the object's own runner pods, that pod, both live from the API server
 /// (never from a cache: a stale cache could call a running pod gone).
+/// `away` is where else the object's runner pods may be: the manager's
+/// namespace, once destroys run from there ([`crate::jobs::away`]). A pod
+/// found in neither is gone.
 pub async fn inspect(
     client: &kube::Client,
     namespace: &str,
+    away: Option<&str>,
     kind: Kind,
     name: &str,
 ) -> Result<Verdict, LockError> {
@@ -278,13 +282,19 @@ pub async fn inspect(
     match assess(kind, name, lease.as_ref()) {
         Assessment::Settled(verdict) => Ok(verdict),
         Assessment::OwnPod(hold) => {
-            let pod = Api::<Pod>::namespaced(client.clone(), namespace)
-                .get_opt(hold.pod())
-                .await
-                .map_err(|source| LockError::Pod {
-                    pod: hold.pod().to_owned(),
-                    source,
-                })?;
+            let mut pod = None;
+            for ns in std::iter::once(namespace).chain(away) {
+                pod = Api::<Pod>::namespaced(client.clone(), ns)
+                    .get_opt(hold.pod())
+                    .await
+                    .map_err(|source| LockError::Pod {
+                        pod: hold.pod().to_owned(),
+                        source,
+                    })?;
+                if pod.is_some() {
+                    break;
+                }
+            }
             Ok(hold.verdict(PodFact::of(pod.as_ref())))
         }
     }

@@ -132,6 +132,12 @@ async fn reconcile(
 ) -> Result<(), Lost> {
     let version = super::wait_for_api_server(&client).await;
     info!(%version, "connected to the API server");
+    // The manager's namespace: the pod's (downward API), else the client's
+    // (in a pod, the service account's namespace).
+    let namespace =
+        std::env::var("POD_NAMESPACE").unwrap_or_else(|_| client.default_namespace().to_string());
+    let mut settings = settings;
+    settings.away = Some(namespace.clone());
     let run = {
         let (client, stopped) = (client.clone(), stopped.clone());
         move || {
@@ -143,10 +149,6 @@ async fn reconcile(
         run().await;
         return Ok(());
     };
-    // The manager's namespace: the pod's (downward API), else the client's
-    // (in a pod, the service account's namespace).
-    let namespace =
-        std::env::var("POD_NAMESPACE").unwrap_or_else(|_| client.default_namespace().to_string());
     leader::Elector::new(client, &namespace, leader::identity(), timing)
         .while_leading(stopped, run)
         .await
@@ -161,6 +163,8 @@ impl From<&Flags> for Settings {
             cluster_operation_gate: flags.cluster_operation_gate,
             state_backups: flags.state_backups,
             namespace: Some(flags.namespace.clone()).filter(|n| !n.is_empty()),
+            // Known once connected.
+            away: None,
             watch_filter: Some(flags.watch_filter.clone()).filter(|f| !f.is_empty()),
             sync_period: flags.sync_period.0,
             concurrency: Concurrency {

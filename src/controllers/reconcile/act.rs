@@ -118,10 +118,10 @@ pub async fn act<K: Workload>(
         return Err(e);
     }
     // Marked only once the status that accounts for them is written.
-    let jobs = Api::<Job>::namespaced(ctx.client.clone(), &o.namespace);
-    for (job, outcome) in &plan.bookkept {
+    for (namespace, job, outcome) in &plan.bookkept {
         let patch = json!({"metadata": {"annotations": {BOOKKEPT: outcome.as_str()}}});
-        jobs.patch(job, &PatchParams::default(), &Patch::Merge(&patch))
+        Api::<Job>::namespaced(ctx.client.clone(), namespace)
+            .patch(job, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(Error::Kube)?;
     }
@@ -253,15 +253,17 @@ async fn perform<K: Workload>(
                 .await
                 .map_err(Error::Kube)?;
         }
-        Write::ReleaseLeases { job } => {
-            leases::release(&leases_api, &names::run_lease(&o.suffix), &job).await?;
+        Write::ReleaseLeases { job, namespace } => {
+            let api = Api::<Lease>::namespaced(ctx.client.clone(), &namespace);
+            leases::release(&api, &names::run_lease(&o.suffix), &job).await?;
             if let (Kind::Cluster, Some(cluster)) = (K::KIND, obj.cluster_name()) {
                 let gate = names::cluster_write_lease(&o.namespace, cluster);
-                leases::release(&leases_api, &gate, &job).await?;
+                leases::release(&api, &gate, &job).await?;
             }
         }
-        Write::DeleteRunSecret { job } => {
-            delete_if_present(&secrets, &names::run_secret(&job), None).await?
+        Write::DeleteRunSecret { job, namespace } => {
+            let api = Api::<Secret>::namespaced(ctx.client.clone(), &namespace);
+            delete_if_present(&api, &names::run_secret(&job), None).await?
         }
         Write::TakeBackup { .. } => {}
         Write::PruneBackups { serials } => {
@@ -289,9 +291,20 @@ async fn perform<K: Workload>(
             delete_if_present(&secrets, &name, Some(uid)).await?;
         }
         Write::DeleteLock(name) => delete_if_present(&leases_api, &name, None).await?,
-        Write::DeleteLeases(names) => {
+        Write::DeleteLeases { namespace, names } => {
+            let api = Api::<Lease>::namespaced(ctx.client.clone(), &namespace);
             for name in names {
-                match leases_api.delete(&name, &DeleteParams::default()).await {
+                match api.delete(&name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => return Err(Error::Kube(e)),
+                }
+            }
+        }
+        Write::DeleteAwayJobs { namespace, names } => {
+            let api = Api::<Job>::namespaced(ctx.client.clone(), &namespace);
+            for name in names {
+                match api.delete(&name, &DeleteParams::background()).await {
                     Ok(_) => {}
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
                     Err(e) => return Err(Error::Kube(e)),

@@ -44,7 +44,10 @@ pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
         ..
     } = *p;
     let spec = obj.workspace();
-    let credentials = credentials::decide(&rest.credentials, &o.namespace, &o.owner);
+    let mut credentials = credentials::decide(&rest.credentials, &o.namespace, &o.owner);
+    if p.deleting && rest.namespace_terminating {
+        credentials = credentials::last_copy(&rest.credentials, credentials);
+    }
     plan.draft.set(credentials.allowed.clone());
     plan.draft.set(credentials.mirrored.clone());
     if let Some(w) = &credentials.write {

@@ -4,17 +4,19 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::batch::v1::Job;
 use kube::ResourceExt;
 
 use super::common::Common;
 use super::observe::Rest;
-use super::plan::{Note, Plan, Requeue, Write};
+use super::plan::{Away, Note, Plan, Requeue, Write};
 use super::start;
 use super::{Object, Pass};
 use crate::controllers::conditions::{self, Cond, Status};
 use crate::controllers::decide::{JobReason, StateFact};
 use crate::controllers::deletion::{self, DestroyInputs, Hold, Next, Why};
 use crate::controllers::workload::Workload;
+use crate::jobs::away;
 use crate::keys::ABANDON;
 use crate::names::{self, Kind, Op};
 use crate::state::StateReadable;
@@ -42,6 +44,18 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         ));
     }
     let abandoned = obj.annotations().get(ABANDON).is_some_and(|v| *v == o.uid);
+    let away = away::check(&away::Facts {
+        manager_namespace: settings.away.clone(),
+        namespace: o.namespace.clone(),
+        binding: rest.binding.unwrap_or(away::Binding::Missing),
+        service_account: c.settings.service_account_name.clone(),
+        image_pull_secrets: !c.settings.image_pull_secrets.is_empty(),
+        identity: rest
+            .credentials
+            .name
+            .as_ref()
+            .map(|_| rest.credentials.mirror.is_some()),
+    });
     let facts = deletion::Situation {
         kind: K::KIND,
         dependents: rest.dependents,
@@ -52,6 +66,7 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         },
         ever_applied: c.ever_applied,
         namespace_terminating: rest.namespace_terminating,
+        away_possible: away.is_ok(),
         durable_inputs: c.durable.is_some(),
         renders: c.rendered.is_ok(),
         finished: finished.to_vec(),
@@ -70,21 +85,21 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             return;
         }
         Next::Cleanup(why) => {
-            cleanup::<K>(obj, o, rest, why, plan);
+            cleanup::<K>(obj, o, rest, jobs, why, plan);
             return;
         }
         Next::Hold(hold) => {
-            let detail = match (&hold, &rest.snapshot.readable) {
-                (Hold::NamespaceTerminating, StateReadable::Read(st)) => format!(
-                    "state serial {}, {} managed resources",
+            let detail = match (&hold, &rest.snapshot.readable, &away) {
+                (Hold::NamespaceTerminating, StateReadable::Read(st), Err(refusal)) => format!(
+                    "{refusal}; state serial {}, {} managed resources",
                     st.serial, st.managed_resources
                 ),
-                (Hold::NamespaceTerminating, StateReadable::NotFound) => {
-                    "no state is left, but an apply of it started, so infrastructure may remain"
+                (Hold::NamespaceTerminating, StateReadable::NotFound, _) => {
+                    "no state is left to destroy from, but an apply of it started, so infrastructure may remain"
                         .into()
                 }
-                (Hold::NamespaceTerminating, other) => other.message(),
-                (_, other) => other.reason().as_str().to_owned(),
+                (Hold::NamespaceTerminating, other, _) => other.message(),
+                (_, other, _) => other.reason().as_str().to_owned(),
             };
             let held = deletion::held(hold, &o.namespace, &o.suffix, &o.uid, &detail);
             let held_before = obj
@@ -130,7 +145,7 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         return;
     };
     let image = image.unwrap_or_else(|| obj.workspace().source.image.clone());
-    let start = start::build(
+    let mut start = start::build(
         obj,
         o,
         settings,
@@ -146,6 +161,21 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             jobs,
         },
     );
+    // next() destroys in a namespace being deleted only when check() let it.
+    if let (true, Ok(namespace)) = (rest.namespace_terminating, away) {
+        away::relocate(
+            &mut start.job,
+            &mut start.run_secret,
+            &namespace,
+            &o.namespace,
+            &o.uid,
+        );
+        start.service_account = names::away_runner(&o.namespace);
+        start.away = Some(Away {
+            namespace,
+            mirror: rest.credentials.mirror.clone(),
+        });
+    }
     plan.writes.push(Write::Start(Box::new(start)));
 }
 
@@ -154,7 +184,7 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
 /// Lease; the durable inputs Secret; the run lease and a cluster's write
 /// lease; the object's share of the credentials mirror; the finalizer.
 /// Backups are left to the garbage collector, with the object.
-fn cleanup<K: Workload>(obj: &K, o: &Object, rest: &Rest, why: Why, plan: &mut Plan) {
+fn cleanup<K: Workload>(obj: &K, o: &Object, rest: &Rest, jobs: &[Job], why: Why, plan: &mut Plan) {
     let base = names::state_secret(&o.suffix);
     let state: Vec<String> = rest
         .snapshot
@@ -173,7 +203,25 @@ fn cleanup<K: Workload>(obj: &K, o: &Object, rest: &Rest, why: Why, plan: &mut P
     if let (Kind::Cluster, Some(cluster)) = (K::KIND, obj.cluster_name()) {
         leases.push(names::cluster_write_lease(&o.namespace, cluster));
     }
-    plan.writes.push(Write::DeleteLeases(leases));
+    // What destroys run from the manager's namespace left there.
+    let away: Vec<&Job> = jobs
+        .iter()
+        .filter(|j| j.namespace().is_some_and(|ns| ns != o.namespace))
+        .collect();
+    if let Some(namespace) = away.first().and_then(|j| j.namespace()) {
+        plan.writes.push(Write::DeleteAwayJobs {
+            names: away.iter().map(|j| j.name_any()).collect(),
+            namespace: namespace.clone(),
+        });
+        plan.writes.push(Write::DeleteLeases {
+            namespace,
+            names: leases.clone(),
+        });
+    }
+    plan.writes.push(Write::DeleteLeases {
+        namespace: o.namespace.clone(),
+        names: leases,
+    });
     let backups = rest.backups.iter().map(|s| s.name_any()).collect();
     plan.writes.push(Write::ReleaseBackups(backups));
     plan.writes.push(Write::ReleaseMirrors);

@@ -19,6 +19,7 @@ use crate::api::ActiveJob;
 use crate::controllers::conditions::{Cond, RUNNER_RBAC_READY, Status};
 use crate::controllers::workload::Workload;
 use crate::controllers::{Context, Error};
+use crate::jobs::away;
 use crate::jobs::builder;
 use crate::jobs::durable;
 use crate::jobs::leases::{self, Acquired, Gate, JobState, LeaseRequest};
@@ -45,12 +46,18 @@ pub async fn launch<K: Workload>(
     draft: &mut Draft,
     start: Start,
 ) -> Result<Launched, Error> {
-    if !runner_rbac(ctx, o, draft, &start.service_account).await? {
+    let ready = match &start.away {
+        Some(away) => away_rbac(ctx, o, draft, &away.namespace).await?,
+        None => runner_rbac(ctx, o, draft, &start.service_account).await?,
+    };
+    if !ready {
         return Ok(Launched::Waiting { recheck: None });
     }
     let job_name = start.job.metadata.name.clone().unwrap_or_default();
-    let leases_api = Api::<Lease>::namespaced(ctx.client.clone(), &o.namespace);
-    let jobs_api = Api::<Job>::namespaced(ctx.client.clone(), &o.namespace);
+    // Where the Job, its per-run Secret and the leases it takes go.
+    let site = start.away.as_ref().map_or(&o.namespace, |a| &a.namespace);
+    let leases_api = Api::<Lease>::namespaced(ctx.client.clone(), site);
+    let jobs_api = Api::<Job>::namespaced(ctx.client.clone(), site);
     let request = LeaseRequest {
         kind: K::KIND,
         namespace: &o.namespace,
@@ -65,7 +72,7 @@ pub async fn launch<K: Workload>(
         let waiting = match step {
             Gate::TakeRunLease => match leases::acquire(
                 &leases_api,
-                &leases::run_lease(&request),
+                &sited(leases::run_lease(&request), site),
                 &jobs_api,
                 start.deadline,
             )
@@ -83,6 +90,7 @@ pub async fn launch<K: Workload>(
                 let Some(lease) = leases::cluster_write_lease(&request) else {
                     continue;
                 };
+                let lease = sited(lease, site);
                 let gate = lease.metadata.name.clone().unwrap_or_default();
                 match leases::acquire(&leases_api, &lease, &jobs_api, start.deadline).await? {
                     Acquired::Taken => None,
@@ -98,13 +106,16 @@ pub async fn launch<K: Workload>(
                 let Some(cluster) = start.cluster_name.as_deref() else {
                     continue;
                 };
+                // The cluster's Jobs run in the namespace.
                 let gate = names::cluster_write_lease(&o.namespace, cluster);
-                match leases::holder(&leases_api, &gate).await? {
+                let home_leases = Api::<Lease>::namespaced(ctx.client.clone(), &o.namespace);
+                let home_jobs = Api::<Job>::namespaced(ctx.client.clone(), &o.namespace);
+                match leases::holder(&home_leases, &gate).await? {
                     // A Job that cannot be read counts as running: never go
                     // ahead of the cluster on a guess.
                     Some(holder)
                         if !matches!(
-                            leases::HolderLookup::job_state(&jobs_api, &holder).await,
+                            leases::HolderLookup::job_state(&home_jobs, &holder).await,
                             Ok(JobState::Finished | JobState::Missing)
                         ) =>
                     {
@@ -148,13 +159,14 @@ pub async fn launch<K: Workload>(
         }
     }
 
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace);
-    if let Some(record) = start.durable.clone()
-        && let Err(e) = durable::write(&secrets, record, &o.uid).await
-    {
-        release(ctx, o, &start, &job_name).await?;
-        return Err(Error::Durable(e));
+    if let Some(record) = start.durable.clone() {
+        let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace);
+        if let Err(e) = durable::write(&secrets, record, &o.uid).await {
+            release(ctx, o, &start, &job_name).await?;
+            return Err(Error::Durable(e));
+        }
     }
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), site);
     let created = match jobs_api.create(&PostParams::default(), &start.job).await {
         Ok(created) => created,
         // Another pass created it first: that pass owns the start.
@@ -172,12 +184,20 @@ pub async fn launch<K: Workload>(
     if builder::own_run_secret(&mut secret, &created).is_err() {
         return Err(Error::MissingMetadata("uid on the created Job"));
     }
-    match secrets.create(&PostParams::default(), &secret).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(Error::Kube(e)),
+    let mut secrets_of_run = vec![secret];
+    if let Some(mirror) = start.away.as_ref().and_then(|a| a.mirror.as_ref()) {
+        let copy = away::credentials(mirror, &created, &o.namespace)
+            .map_err(|_| Error::MissingMetadata("uid on the created Job"))?;
+        secrets_of_run.push(copy);
     }
-    info!(namespace = %o.namespace, name = %o.name, job = %job_name, "started {} Job: {}", start.op.as_str(), start.why);
+    for secret in &secrets_of_run {
+        match secrets.create(&PostParams::default(), secret).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(Error::Kube(e)),
+        }
+    }
+    info!(namespace = %o.namespace, name = %o.name, job = %job_name, job_namespace = %site, "started {} Job: {}", start.op.as_str(), start.why);
     for note in start.job_notes {
         record(ctx, obj, o, &note.about(&created)).await;
     }
@@ -209,9 +229,16 @@ pub async fn launch<K: Workload>(
     Ok(Launched::Started)
 }
 
+/// A lease taken where the Job runs.
+fn sited(mut lease: Lease, site: &str) -> Lease {
+    lease.metadata.namespace = Some(site.to_owned());
+    lease
+}
+
 /// Gives back the leases a start took before it failed.
 async fn release(ctx: &Context, o: &Object, start: &Start, job: &str) -> Result<(), Error> {
-    let api = Api::<Lease>::namespaced(ctx.client.clone(), &o.namespace);
+    let site = start.away.as_ref().map_or(&o.namespace, |a| &a.namespace);
+    let api = Api::<Lease>::namespaced(ctx.client.clone(), site);
     leases::release(&api, &names::run_lease(&o.suffix), job).await?;
     if start.gate.contains(&Gate::TakeClusterWriteLease)
         && let Some(cluster) = start.cluster_name.as_deref()
@@ -224,6 +251,44 @@ async fn release(ctx: &Context, o: &Object, start: &Start, job: &str) -> Result<
         .await?;
     }
     Ok(())
+}
+
+/// The away runner account of the object's namespace, bound there; false
+/// when the namespace's RoleBinding cannot take it.
+async fn away_rbac(
+    ctx: &Context,
+    o: &Object,
+    draft: &mut Draft,
+    away: &str,
+) -> Result<bool, Error> {
+    let account = names::away_runner(&o.namespace);
+    match away::ensure_rbac(&ctx.client, &o.namespace, away).await {
+        Ok(()) => {
+            draft.set(Cond::new(
+                RUNNER_RBAC_READY,
+                Status::True,
+                "RBACReady",
+                format!(
+                    "ServiceAccount {away}/{account} is bound to ClusterRole {} in namespace {}, for a destroy from namespace {away}",
+                    names::RUNNER_RBAC,
+                    o.namespace
+                ),
+            ));
+            Ok(true)
+        }
+        Err(e) => {
+            draft.set(Cond::new(
+                RUNNER_RBAC_READY,
+                Status::False,
+                "RBACFailed",
+                e.to_string(),
+            ));
+            match e {
+                away::AwayError::Refused { .. } => Ok(false),
+                e => Err(Error::Away(e)),
+            }
+        }
+    }
 }
 
 /// The runner's ServiceAccount and RoleBinding; false when RBAC refuses

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, Namespace, Pod, Secret};
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 
@@ -17,9 +18,12 @@ use crate::controllers::credentials;
 use crate::controllers::ledger;
 use crate::controllers::workload::Workload;
 use crate::controllers::{Context, Error};
+use crate::jobs::away;
 use crate::jobs::durable;
 use crate::jobs::variables::{self, SourceKind};
-use crate::keys::{CLUSTER_NAME_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, VARIABLES_LABEL};
+use crate::keys::{
+    CLUSTER_NAME_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_UID_LABEL, VARIABLES_LABEL,
+};
 use crate::locks::{self, Verdict};
 use crate::names::{self, Kind};
 use crate::state;
@@ -55,6 +59,9 @@ pub struct Rest {
     /// The namespace is being deleted (or already gone): nothing can be
     /// created in it.
     pub namespace_terminating: bool,
+    /// The namespace's runner RoleBinding, read once it is being deleted
+    /// and the object too: a destroy from the manager's namespace needs it.
+    pub binding: Option<away::Binding>,
 }
 
 pub async fn observe<K: Workload>(
@@ -63,18 +70,32 @@ pub async fn observe<K: Workload>(
     o: &Object,
     deleting: bool,
 ) -> Result<Observed, Error> {
-    let jobs = jobs_of::<K>(ctx, o).await?;
+    // Deleting, the namespace is read first: once it is being deleted the
+    // object's Jobs may run from the manager's namespace too.
+    let namespace = match deleting {
+        true => Some(namespace_of(ctx, &o.namespace).await?),
+        false => None,
+    };
+    let away = match &namespace {
+        Some(ns) if terminating(ns.as_ref()) => ctx.settings.away.as_deref(),
+        _ => None,
+    };
+    let mut jobs = jobs_of::<K>(ctx, o).await?;
+    if let Some(away) = away {
+        jobs.extend(away_jobs_of::<K>(ctx, o, away).await?);
+    }
     let ledger = ledger::ledger(&jobs);
     let mut terminations = BTreeMap::new();
     for u in &ledger.unsettled {
         let name = u.job.name_any();
-        let end = terminated(ctx, &o.namespace, &name).await?;
+        let ns = u.job.namespace().unwrap_or_else(|| o.namespace.clone());
+        let end = terminated(ctx, &ns, &name).await?;
         terminations.insert(name, end);
     }
     let active = ledger.active.is_some();
     let rest = match active {
         true => None,
-        false => Some(rest(ctx, obj, o, deleting).await?),
+        false => Some(rest(ctx, obj, o, deleting, namespace).await?),
     };
     Ok(Observed {
         jobs,
@@ -83,13 +104,39 @@ pub async fn observe<K: Workload>(
     })
 }
 
+async fn namespace_of(ctx: &Context, ns: &str) -> Result<Option<Namespace>, Error> {
+    Api::<Namespace>::all(ctx.client.clone())
+        .get_opt(ns)
+        .await
+        .map_err(Error::Kube)
+}
+
+/// Being deleted, or already gone.
+fn terminating(namespace: Option<&Namespace>) -> bool {
+    namespace.is_none_or(|n| {
+        n.metadata.deletion_timestamp.is_some()
+            || n.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
+    })
+}
+
 async fn rest<K: Workload>(
     ctx: &Context,
     obj: &K,
     o: &Object,
     deleting: bool,
+    namespace: Option<Option<Namespace>>,
 ) -> Result<Rest, Error> {
     let ns = o.namespace.as_str();
+    let namespace = match namespace {
+        Some(read) => read,
+        None => namespace_of(ctx, ns).await?,
+    };
+    let namespace_terminating = terminating(namespace.as_ref());
+    let away = ctx
+        .settings
+        .away
+        .as_deref()
+        .filter(|_| namespace_terminating);
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), ns);
     let cluster = cluster_of(ctx, obj, ns).await?;
     let durable = secrets
@@ -102,7 +149,7 @@ async fn rest<K: Workload>(
         .await
         .map_err(Error::Backup)?;
     let snapshot = state::snapshot(&secrets, &o.suffix).await?;
-    let lock = locks::inspect(&ctx.client, ns, K::KIND, &o.name).await?;
+    let lock = locks::inspect(&ctx.client, ns, away, K::KIND, &o.name).await?;
 
     // A machine or pool whose cluster is gone still destroys with the
     // identity its apply used (ref §8.6: a missing owner never blocks a
@@ -112,14 +159,6 @@ async fn rest<K: Workload>(
         .as_ref()
         .and_then(|d| d.identity.as_deref())
         .filter(|_| deleting));
-    let namespace = Api::<Namespace>::all(ctx.client.clone())
-        .get_opt(ns)
-        .await
-        .map_err(Error::Kube)?;
-    let namespace_terminating = namespace.as_ref().is_none_or(|n| {
-        n.metadata.deletion_timestamp.is_some()
-            || n.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
-    });
     let labels = namespace
         .and_then(|n| n.metadata.labels)
         .unwrap_or_default();
@@ -138,6 +177,16 @@ async fn rest<K: Workload>(
         sources => sources.unwrap_or_default(),
     };
     let sources = fetch_variables(&ctx.client, ns, sources).await?;
+    let binding = match deleting && namespace_terminating {
+        true => Some(away::Binding::of(
+            Api::<RoleBinding>::namespaced(ctx.client.clone(), ns)
+                .get_opt(names::RUNNER_RBAC)
+                .await
+                .map_err(Error::Kube)?
+                .as_ref(),
+        )),
+        false => None,
+    };
     let dependents = match (K::KIND, deleting) {
         (Kind::Cluster, true) => dependents(ctx, obj, ns).await?,
         _ => 0,
@@ -152,6 +201,7 @@ async fn rest<K: Workload>(
         sources,
         dependents,
         namespace_terminating,
+        binding,
     })
 }
 
@@ -172,6 +222,25 @@ async fn jobs_of<K: Workload>(ctx: &Context, o: &Object) -> Result<Vec<Job>, Err
         .into_iter()
         .filter(|j| j.owner_references().iter().any(|r| r.uid == o.uid))
         .collect())
+}
+
+/// The Jobs of this object run from the manager's namespace `away`: its
+/// uid label.
+async fn away_jobs_of<K: Workload>(
+    ctx: &Context,
+    o: &Object,
+    away: &str,
+) -> Result<Vec<Job>, Error> {
+    let selector = format!(
+        "{OWNER_KIND_LABEL}={},{OWNER_UID_LABEL}={}",
+        K::KIND.kind(),
+        o.uid
+    );
+    let list = Api::<Job>::namespaced(ctx.client.clone(), away)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(Error::Kube)?;
+    Ok(list.items)
 }
 
 /// The final state of a Job's runner container, from its pod.

@@ -142,6 +142,18 @@ pub struct Start {
     /// Other events once it exists: InputsChanged.
     pub notes: Vec<Note>,
     pub counts: StartCounts,
+    /// A destroy run from the manager's namespace: the Job is relocated
+    /// there already.
+    pub away: Option<Away>,
+}
+
+/// Where a Job away from its object's namespace runs, and the
+/// credentials it takes along.
+#[derive(Clone, Debug)]
+pub struct Away {
+    pub namespace: String,
+    /// The object's credentials mirror, copied beside the Job.
+    pub mirror: Option<Secret>,
 }
 
 /// The counters a start moves once its Job exists.
@@ -170,12 +182,15 @@ pub enum Write {
     RemoveRestoreRequest {
         serial: String,
     },
-    /// A finished Job's run lease and cluster write lease.
+    /// A finished Job's run lease and cluster write lease, in the Job's
+    /// namespace.
     ReleaseLeases {
         job: String,
+        namespace: String,
     },
     DeleteRunSecret {
         job: String,
+        namespace: String,
     },
     /// A failed copy leaves no partial set and does not end the pass: the
     /// serial stays unobserved and the next pass copies it again.
@@ -196,8 +211,18 @@ pub enum Write {
     },
     /// The state lock, protected.
     DeleteLock(String),
-    /// CAPTF's own Leases, never protected.
-    DeleteLeases(Vec<String>),
+    /// CAPTF's own Leases, never protected, in this namespace.
+    DeleteLeases {
+        namespace: String,
+        names: Vec<String>,
+    },
+    /// The object's Jobs in the manager's namespace, with their pods,
+    /// per-run Secrets and credentials copies: no owner reference takes
+    /// them with the object.
+    DeleteAwayJobs {
+        namespace: String,
+        names: Vec<String>,
+    },
     /// The backups lose their protection; the garbage collector takes
     /// them once the object is gone.
     ReleaseBackups(Vec<String>),
@@ -231,7 +256,8 @@ pub struct Plan {
     pub counts: Vec<Count>,
     /// Jobs whose result this pass's status accounts for, marked bookkept
     /// once it is written.
-    pub bookkept: Vec<(String, Outcome)>,
+    /// (namespace, Job, outcome).
+    pub bookkept: Vec<(String, String, Outcome)>,
     /// Warnings for the manager's log (never state content).
     pub logs: Vec<String>,
     pub requeue: Requeue,

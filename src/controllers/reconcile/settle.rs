@@ -149,10 +149,16 @@ pub fn settle<K: Workload>(
                 );
             }
         }
-        plan.writes.push(Write::ReleaseLeases { job: name.clone() });
-        plan.writes
-            .push(Write::DeleteRunSecret { job: name.clone() });
-        plan.bookkept.push((name, a.outcome));
+        let namespace = job.namespace().unwrap_or_else(|| o.namespace.clone());
+        plan.writes.push(Write::ReleaseLeases {
+            job: name.clone(),
+            namespace: namespace.clone(),
+        });
+        plan.writes.push(Write::DeleteRunSecret {
+            job: name.clone(),
+            namespace: namespace.clone(),
+        });
+        plan.bookkept.push((namespace, name, a.outcome));
         settled.finished.push(a.outcome.finished(u.op, u.end.at));
     }
     settled

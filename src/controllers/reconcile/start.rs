@@ -145,5 +145,6 @@ pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<
             force_unlock: r.force_unlock.is_some(),
             inputs_changed,
         },
+        away: None,
     }
 }

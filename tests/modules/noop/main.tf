@@ -168,6 +168,24 @@ resource "terraform_data" "destroy_gate" {
   }
 }
 
+# A destroy that leaves a mark: the file named by destroy_marker is
+# written by the destroy-time provisioner, so a test sees that the destroy
+# ran.
+variable "destroy_marker" {
+  type    = string
+  default = ""
+}
+
+resource "terraform_data" "destroy_marker" {
+  count = var.destroy_marker == "" ? 0 : 1
+  input = var.destroy_marker
+
+  provisioner "local-exec" {
+    when    = destroy
+    command = "touch ${self.input}"
+  }
+}
+
 locals {
   id       = "noop://${var.captf_object.namespace}/${var.captf_object.name}"
   replicas = var.replicas == null ? 0 : var.replicas

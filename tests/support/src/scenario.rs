@@ -43,6 +43,11 @@ pub struct Env {
     pub identity: String,
     pub manager: Manager,
     pub executor: Executor,
+    /// The manager's own namespace (its POD_NAMESPACE), where the destroys
+    /// of a namespace being deleted run.
+    pub away: String,
+    /// The executor of `away`, once [`Env::run_away_pods`] started it.
+    pub away_executor: Option<Executor>,
     binary: PathBuf,
 }
 
@@ -76,13 +81,16 @@ pub async fn setup(binary: &str, prefix: &str, creds: &[(&str, &str)], extra: &[
         .unwrap();
     create_identity(&client, &identity, &ns, &ns).await;
     let executor = Executor::start_in(client.clone(), plane, images(), &ns).await;
-    let manager = start_manager(Path::new(binary), &ns, extra).await;
+    let away = crate::namespace(&client, &format!("{prefix}-mgr")).await;
+    let manager = start_manager(Path::new(binary), &ns, &away, extra).await;
     Env {
         client,
         ns,
         identity,
         manager,
         executor,
+        away,
+        away_executor: None,
         binary: PathBuf::from(binary),
     }
 }
@@ -109,12 +117,17 @@ async fn create_identity(client: &kube::Client, name: &str, ns: &str, allowed: &
         .unwrap();
 }
 
-async fn start_manager(binary: &Path, ns: &str, extra: &[&str]) -> Manager {
+async fn start_manager(binary: &Path, ns: &str, away: &str, extra: &[&str]) -> Manager {
     let namespace = format!("--namespace={ns}");
     let args: Vec<&str> = std::iter::once(namespace.as_str())
         .chain(extra.iter().copied())
         .collect();
-    let mut manager = Manager::start(controlplane::shared(), binary, &args);
+    let mut manager = Manager::start_with_env(
+        controlplane::shared(),
+        binary,
+        &args,
+        &[("POD_NAMESPACE", away)],
+    );
     manager.wait_ready().await;
     manager
 }
@@ -309,6 +322,26 @@ impl Env {
 
     pub fn leases(&self) -> Api<Lease> {
         Api::namespaced(self.client.clone(), &self.ns)
+    }
+
+    /// How many passes over `kind`/`name` the manager has logged (its
+    /// debug `pass ... requests=N` lines).
+    pub fn passes(&self, kind: Kind, name: &str) -> usize {
+        let (kind, name) = (format!("kind={}", kind.kind()), format!("name={name} "));
+        self.manager
+            .log()
+            .lines()
+            .filter(|l| l.contains(" pass ") && l.contains(&kind) && l.contains(&name))
+            .count()
+    }
+
+    /// Waits for `n` more passes over `kind`/`name` than now.
+    pub async fn more_passes(&self, kind: Kind, name: &str, n: usize) {
+        let now = self.passes(kind, name);
+        within(self, 120, &format!("{n} passes over {name}"), || async {
+            (self.passes(kind, name) >= now + n).then_some(())
+        })
+        .await;
     }
 
     /// Deletes the Secret `name` for good: CAPTF's protection finalizer is
@@ -533,8 +566,12 @@ impl Env {
 
     /// The managers' and the executor's logs, for a failure message.
     pub fn context(&self) -> String {
+        let away = match &self.away_executor {
+            Some(e) => format!("\n--- executor log of {}:\n{}", self.away, tail(&e.log())),
+            None => String::new(),
+        };
         format!(
-            "\n--- manager log:\n{}\n--- executor log:\n{}",
+            "\n--- manager log:\n{}\n--- executor log:\n{}{away}",
             tail(&self.manager.log()),
             tail(&self.executor.log())
         )
@@ -542,7 +579,15 @@ impl Env {
 
     /// Another manager for this namespace, ready, with `extra` flags.
     pub async fn start_manager(&self, extra: &[&str]) -> Manager {
-        start_manager(&self.binary, &self.ns, extra).await
+        start_manager(&self.binary, &self.ns, &self.away, extra).await
+    }
+
+    /// Runs the pods of the manager's namespace too: the destroys of a
+    /// namespace being deleted.
+    pub async fn run_away_pods(&mut self) {
+        let plane = controlplane::shared();
+        self.away_executor =
+            Some(Executor::start_in(self.client.clone(), plane, images(), &self.away).await);
     }
 
     /// Stops the manager and starts a new one with `extra` flags.
@@ -659,9 +704,14 @@ pub struct JobsSeen {
 
 impl JobsSeen {
     pub fn watch(env: &Env) -> JobsSeen {
+        Self::watch_in(env, &env.ns)
+    }
+
+    /// The Jobs of namespace `ns`.
+    pub fn watch_in(env: &Env, ns: &str) -> JobsSeen {
         let seen = Arc::new(Mutex::new(BTreeMap::new()));
         let sink = seen.clone();
-        let api = Api::<Job>::namespaced(env.client.clone(), &env.ns);
+        let api = Api::<Job>::namespaced(env.client.clone(), ns);
         let watching = Watching::start(api, watcher::Config::default(), move |event| {
             if let watcher::Event::Apply(job) | watcher::Event::InitApply(job) = event {
                 let created = job.metadata.creation_timestamp.as_ref().map(|t| t.0);
