@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the test platform from upstream sources through the Go module proxy:
 # kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd,
-# tofu and helm, into $CAPTF_CACHE_DIR/bin/<name>-<version> (default
-# ~/.cache/captf), outside the repository. What is already there is skipped,
+# tofu, helm, and the Cluster API core manager and clusterctl, into
+# $CAPTF_CACHE_DIR/bin/<name>-<version> (default ~/.cache/captf), outside the
+# repository. What is already there is skipped,
 # so a second run is instant. Prints what it builds and how long each took.
 # Versions: versions.env; the Go module: go.mod (from gen-gomod.sh).
 set -euo pipefail
@@ -91,5 +92,30 @@ else
   echo "build: helm v$HELM_VERSION built in $(elapsed "$t")"
 fi
 
-ls -l "$BIN"/kube-apiserver-"$K" "$BIN"/kube-controller-manager-"$K" "$BIN"/kubectl-"$K" "$ETCD" "$TOFU" "$HELM" \
+CAPI="v$CLUSTER_API_VERSION"
+if [ -x "$BIN/capi-manager-$CAPI" ] && [ -x "$BIN/clusterctl-$CAPI" ]; then
+  echo "build: capi-manager and clusterctl $CAPI cached"
+else
+  echo "build: capi-manager and clusterctl $CAPI from sigs.k8s.io/cluster-api ..."
+  t=$(date +%s)
+  # Its go.mod replaces sigs.k8s.io/cluster-api/api with ./api, a module of its
+  # own: build in a writable copy with that module copied in beside it.
+  moddir() { (cd "$TMP" && go mod download -json "$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'); }
+  cp -r "$(moddir "sigs.k8s.io/cluster-api@$CAPI")" "$TMP/capi"
+  chmod -R u+w "$TMP/capi"
+  rm -rf "$TMP/capi/api"
+  cp -r "$(moddir "sigs.k8s.io/cluster-api/api@$CAPI")" "$TMP/capi/api"
+  chmod -R u+w "$TMP/capi/api"
+  minor="${CLUSTER_API_VERSION#1.}"; minor="${minor%%.*}"
+  ldflags="-s -w -X sigs.k8s.io/cluster-api/version.gitVersion=$CAPI \
+    -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=$minor \
+    -X sigs.k8s.io/cluster-api/version.gitTreeState=clean"
+  (cd "$TMP/capi" && go build -trimpath -ldflags "$ldflags" -o "$TMP/capi-manager" ./core \
+    && go build -trimpath -ldflags "$ldflags" -o "$TMP/clusterctl" ./cmd/clusterctl)
+  mv "$TMP/capi-manager" "$BIN/capi-manager-$CAPI"
+  mv "$TMP/clusterctl" "$BIN/clusterctl-$CAPI"
+  echo "build: capi-manager and clusterctl $CAPI built in $(elapsed "$t")"
+fi
+
+ls -l "$BIN"/kube-apiserver-"$K" "$BIN"/kube-controller-manager-"$K" "$BIN"/kubectl-"$K" "$ETCD" "$TOFU" "$HELM" "$BIN/capi-manager-$CAPI" "$BIN/clusterctl-$CAPI" \
   | awk '{ printf "build: %s %.1f MiB\n", $NF, $5 / 1048576 }'
