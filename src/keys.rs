@@ -53,6 +53,9 @@ pub const ABANDON: &str = "captf.io/abandon-infrastructure";
 /// The inputs hash: of the apply a Job runs, of the state's last
 /// successful apply (base state Secret), of the durable inputs, and of the
 /// state a backup was copied from (its chunk 0).
+/// On a TerraformCluster: who set its endpoint, `user` or `module`
+/// (ref §8.8); written once.
+pub const ENDPOINT_SOURCE: &str = "captf.io/endpoint-source";
 pub const INPUTS_HASH: &str = "captf.io/inputs-hash";
 /// On a Job: its result has been accounted into status; the value is the
 /// outcome the backoff needs.
@@ -96,6 +99,14 @@ pub const LOCK_INFO: &str = "app.terraform.io/lock-info";
 pub const CLUSTER_NAME_LABEL: &str = "cluster.x-k8s.io/cluster-name";
 /// `--watch-filter` selects objects by this label's value.
 pub const WATCH_FILTER_LABEL: &str = "cluster.x-k8s.io/watch-filter";
+/// On a Machine: it is a control-plane machine (`control_plane = true`).
+pub const CONTROL_PLANE_LABEL: &str = "cluster.x-k8s.io/control-plane";
+/// An object managed by something else than CAPTF: skipped entirely.
+pub const MANAGED_BY: &str = "cluster.x-k8s.io/managed-by";
+/// An object paused by hand (its Cluster's `spec.paused` pauses it too).
+pub const PAUSED: &str = "cluster.x-k8s.io/paused";
+/// Keeps clusterctl move from moving an object while a Job runs for it.
+pub const BLOCK_MOVE: &str = "clusterctl.cluster.x-k8s.io/block-move";
 /// The template a machine or pool was cloned from.
 pub const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
 /// Makes clusterctl move carry state Secrets (backend labels).

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod backups;
+pub mod capi;
 pub mod controllers;
 pub mod error;
 pub mod image_ref;

@@ -610,6 +610,7 @@ async fn an_apply_job_of_the_noop_module_completes() {
         template: None,
         variables: Some(&greeting),
         sensitive: &[],
+        role: &[],
     })
     .unwrap();
     let job = apply_job(&t, "noop", "m1", &inputs).await;

@@ -154,6 +154,7 @@ impl Fixture {
             template: None,
             variables: Some(&vars),
             sensitive: &[],
+            role: &[],
         })
         .unwrap();
         let policy = captf::api::JobPolicy {

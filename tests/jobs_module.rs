@@ -528,6 +528,7 @@ async fn a_built_job_is_accepted_owned_and_collected() {
         template: None,
         variables: Some(&variables),
         sensitive: &[],
+        role: &[],
     })
     .unwrap();
     let settings = policy::resolve(None, None);
@@ -626,6 +627,7 @@ async fn the_rendered_root_applies_against_the_noop_module() {
             template: Some("tmpl"),
             variables: Some(&variables),
             sensitive: &[],
+            role: &[],
         })
         .unwrap();
         std::fs::write(root.join("main.tf.json"), &rendered.main_tf_json).unwrap();

@@ -30,6 +30,8 @@ use kube::runtime::watcher;
 use tracing::{debug, info, warn};
 
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
+use crate::capi::objects::{Cluster, ContractRef, Machine, MachinePool};
+use crate::capi::owners::owner_ref;
 use crate::error::{Categorized, Category, kube_category};
 use crate::jobs::variables::{self, SourceKind};
 use crate::keys::{
@@ -37,7 +39,9 @@ use crate::keys::{
     VARIABLES_LABEL, WATCH_FILTER_LABEL,
 };
 use crate::metrics::Metrics;
+use crate::names::Kind;
 use crate::server::health::{GATE_WATCHES, Readiness};
+use kube::ResourceExt;
 use workload::Workload;
 
 /// What every reconcile shares.
@@ -242,6 +246,8 @@ pub async fn run(
     let machines = wake_on_sources(machines, &client, ns, &sources);
     let pools = wake_on_sources(pools, &client, ns, &sources);
 
+    let (clusters, machines, pools) = wake_on_owners(clusters, machines, pools, &client, ns);
+
     let stores = (clusters.store(), machines.store(), pools.store());
     let ready = readiness.clone();
     tokio::spawn(async move {
@@ -333,6 +339,94 @@ fn wake_on_sources<K: Workload>(
         config.clone(),
         move |s: Secret| referencing(&store, SourceKind::Secret, &s),
     )
+}
+
+/// Each object is woken by its owner (ref §8.1 step 2) and by what its
+/// inputs come from: the Cluster (paused, endpoint, initialization,
+/// infrastructure provisioned) wakes its TerraformCluster, machines and
+/// pools; a Machine or MachinePool wakes the object its infrastructureRef
+/// names; a TerraformCluster (its state's exports, through its status)
+/// wakes its machines and pools.
+fn wake_on_owners(
+    clusters: Controller<TerraformCluster>,
+    machines: Controller<TerraformMachine>,
+    pools: Controller<TerraformMachinePool>,
+    client: &kube::Client,
+    ns: Option<&str>,
+) -> (
+    Controller<TerraformCluster>,
+    Controller<TerraformMachine>,
+    Controller<TerraformMachinePool>,
+) {
+    let all = watcher::Config::default;
+    let clusters = clusters.watches(scoped::<Cluster>(client, ns), all(), |c: Cluster| {
+        named_by(c.spec.infrastructure_ref.as_ref(), &c)
+    });
+    let machines = machines.watches(scoped::<Machine>(client, ns), all(), |m: Machine| {
+        named_by(m.spec.infrastructure_ref.as_ref(), &m)
+    });
+    let pools = pools.watches(
+        scoped::<MachinePool>(client, ns),
+        all(),
+        |p: MachinePool| named_by(p.spec.template.spec.infrastructure_ref.as_ref(), &p),
+    );
+    let store = machines.store();
+    let machines = machines.watches(scoped::<Cluster>(client, ns), all(), move |c: Cluster| {
+        in_cluster(&store, &c, c.metadata.name.as_deref())
+    });
+    let store = pools.store();
+    let pools = pools.watches(scoped::<Cluster>(client, ns), all(), move |c: Cluster| {
+        in_cluster(&store, &c, c.metadata.name.as_deref())
+    });
+    let store = machines.store();
+    let machines = machines.watches(
+        scoped::<TerraformCluster>(client, ns),
+        all(),
+        move |c: TerraformCluster| in_cluster(&store, &c, cluster_of(&c)),
+    );
+    let store = pools.store();
+    let pools = pools.watches(
+        scoped::<TerraformCluster>(client, ns),
+        all(),
+        move |c: TerraformCluster| in_cluster(&store, &c, cluster_of(&c)),
+    );
+    (clusters, machines, pools)
+}
+
+/// The Cluster a TerraformCluster belongs to: its owner's name, else its
+/// cluster-name label.
+fn cluster_of(c: &TerraformCluster) -> Option<&str> {
+    owner_ref(Kind::Cluster, c.owner_references())
+        .map(|r| r.name.as_str())
+        .or_else(|| c.cluster_name())
+}
+
+/// The object of kind `K` that `infra` names, in `owner`'s namespace.
+fn named_by<K: Workload>(
+    infra: Option<&ContractRef>,
+    owner: &impl kube::Resource,
+) -> Option<ObjectRef<K>> {
+    let infra = infra.filter(|r| r.api_group == crate::api::GROUP && r.kind == K::KIND.kind())?;
+    let ns = owner.meta().namespace.as_deref()?;
+    Some(ObjectRef::new(&infra.name).within(ns))
+}
+
+/// The objects of `other`'s namespace whose cluster-name label is `name`.
+fn in_cluster<K: Workload>(
+    store: &kube::runtime::reflector::Store<K>,
+    other: &impl kube::Resource,
+    name: Option<&str>,
+) -> Vec<ObjectRef<K>> {
+    let ns = other.meta().namespace.as_deref();
+    if name.is_none() {
+        return Vec::new();
+    }
+    store
+        .state()
+        .iter()
+        .filter(|o| o.meta().namespace.as_deref() == ns && o.cluster_name() == name)
+        .map(|o| ObjectRef::from_obj(o.as_ref()))
+        .collect()
 }
 
 fn wake_on_away_jobs<K: Workload>(

@@ -9,7 +9,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::api::{
-    TerraformCluster, TerraformMachine, TerraformMachinePool, WorkspaceSpec, WorkspaceStatus,
+    ApiEndpoint, TerraformCluster, TerraformMachine, TerraformMachinePool, WorkspaceSpec,
+    WorkspaceStatus,
 };
 use crate::keys::CLUSTER_NAME_LABEL;
 use crate::names::Kind;
@@ -32,6 +33,11 @@ pub trait Workload:
     fn workspace(&self) -> &WorkspaceSpec;
     fn workspace_status(&self) -> Option<&WorkspaceStatus>;
 
+    /// A TerraformCluster's own `spec.controlPlaneEndpoint`.
+    fn own_endpoint(&self) -> Option<&ApiEndpoint> {
+        None
+    }
+
     /// The Cluster API cluster it belongs to, from its cluster-name label.
     fn cluster_name(&self) -> Option<&str> {
         self.meta()
@@ -46,6 +52,10 @@ pub trait Workload:
 impl Workload for TerraformCluster {
     const KIND: Kind = Kind::Cluster;
     const MUTABLE: bool = true;
+
+    fn own_endpoint(&self) -> Option<&ApiEndpoint> {
+        self.spec.control_plane_endpoint.as_ref()
+    }
 
     fn workspace(&self) -> &WorkspaceSpec {
         &self.spec.workspace

@@ -332,6 +332,7 @@ mod tests {
             template: None,
             variables: None,
             sensitive: &[],
+            role: &[],
         })
         .unwrap();
         let built = builder::build(&JobRequest {

@@ -457,6 +457,7 @@ mod tests {
             template: None,
             variables: Some(&variables),
             sensitive: &[],
+            role: &[],
         })
         .unwrap()
     }

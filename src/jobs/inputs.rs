@@ -7,8 +7,8 @@
 //! the values go to `terraform.tfvars.json`. Both are JSON with sorted keys,
 //! so equal inputs render to equal bytes.
 //!
-//! Until the Cluster API owners are read, the inputs are the common ones that
-//! need no Cluster API object and the object's own `spec.variables`.
+//! The role's inputs come from the Cluster API objects (`capi::inputs`);
+//! the user's variables follow them, declared without a type.
 
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -52,6 +52,8 @@ pub struct InputsRequest<'a> {
     pub variables: Option<&'a Variables>,
     /// The variables whose value came from a Secret: declared sensitive.
     pub sensitive: &'a [String],
+    /// The role's inputs from the Cluster API objects (`capi::inputs`).
+    pub role: &'a [Input],
 }
 
 /// The two files of the per-run Secret and the inputs hash they carry.
@@ -119,7 +121,14 @@ pub fn render(req: &InputsRequest) -> Result<RenderedInputs, InputsError> {
     arguments.insert("source".into(), MODULE_SOURCE.into());
     for input in &inputs {
         let name = input.name;
-        declared.insert(name.into(), json!({ "type": input.type_ }));
+        let mut declaration = json!({ "type": input.type_ });
+        if input.nullable {
+            declaration["default"] = Value::Null;
+        }
+        if input.sensitive {
+            declaration["sensitive"] = true.into();
+        }
+        declared.insert(name.into(), declaration);
         arguments.insert(name.into(), format!("${{var.{name}}}").into());
         values.insert(name.into(), input.value.clone());
     }
@@ -177,29 +186,56 @@ pub fn render(req: &InputsRequest) -> Result<RenderedInputs, InputsError> {
 }
 
 /// One contract input: its name, its type constraint and its value.
-struct Input {
-    name: &'static str,
-    type_: &'static str,
-    value: Value,
+#[derive(Clone, Debug, PartialEq)]
+pub struct Input {
+    pub name: &'static str,
+    pub type_: &'static str,
+    pub value: Value,
+    /// Declared with `default = null`.
+    pub nullable: bool,
+    /// Declared sensitive (the bootstrap data).
+    pub sensitive: bool,
+}
+
+impl Input {
+    pub fn new(name: &'static str, type_: &'static str, value: Value) -> Input {
+        Input {
+            name,
+            type_,
+            value,
+            nullable: false,
+            sensitive: false,
+        }
+    }
+
+    pub fn nullable(name: &'static str, type_: &'static str, value: Value) -> Input {
+        Input {
+            nullable: true,
+            ..Input::new(name, type_, value)
+        }
+    }
+
+    pub fn sensitive(name: &'static str, type_: &'static str, value: Value) -> Input {
+        Input {
+            sensitive: true,
+            ..Input::new(name, type_, value)
+        }
+    }
 }
 
 /// The contract inputs of `req`.
 fn contract_inputs(req: &InputsRequest) -> Vec<Input> {
     let mut inputs = vec![
-        Input {
-            name: "captf_contract",
-            type_: "string",
-            value: CONTRACT_VERSION.into(),
-        },
-        Input {
-            name: "captf_object",
-            type_: "object({kind=string,name=string,namespace=string})",
-            value: json!({ "kind": req.kind.kind(), "name": req.name, "namespace": req.namespace }),
-        },
-        Input {
-            name: "captf_tags",
-            type_: "map(string)",
-            value: json!({
+        Input::new("captf_contract", "string", CONTRACT_VERSION.into()),
+        Input::new(
+            "captf_object",
+            "object({kind=string,name=string,namespace=string})",
+            json!({ "kind": req.kind.kind(), "name": req.name, "namespace": req.namespace }),
+        ),
+        Input::new(
+            "captf_tags",
+            "map(string)",
+            json!({
                 "captf.io/cluster": req.cluster_name.unwrap_or_default(),
                 "captf.io/namespace": req.namespace,
                 "captf.io/kind": req.kind.kind(),
@@ -207,15 +243,16 @@ fn contract_inputs(req: &InputsRequest) -> Vec<Input> {
                 "captf.io/managed-by": "captf",
                 "captf.io/template": req.template.unwrap_or_default(),
             }),
-        },
+        ),
     ];
     if let Some(cluster) = req.cluster_name {
-        inputs.push(Input {
-            name: "captf_cluster",
-            type_: "object({name=string,namespace=string})",
-            value: json!({ "name": cluster, "namespace": req.namespace }),
-        });
+        inputs.push(Input::new(
+            "captf_cluster",
+            "object({name=string,namespace=string})",
+            json!({ "name": cluster, "namespace": req.namespace }),
+        ));
     }
+    inputs.extend(req.role.iter().cloned());
     inputs
 }
 
@@ -258,7 +295,7 @@ fn sorted_json(value: &Value) -> Vec<u8> {
 
 /// Refuses a float anywhere in `value`, naming where it is (`path`), never
 /// what it is.
-fn integers_only(value: &Value, path: &str) -> Result<(), InputsError> {
+pub fn integers_only(value: &Value, path: &str) -> Result<(), InputsError> {
     match value {
         Value::Number(n) if !(n.is_i64() || n.is_u64()) => Err(InputsError::Unhashable {
             path: path.to_owned(),
@@ -299,6 +336,7 @@ mod tests {
             template: Some("workers"),
             variables,
             sensitive: &[],
+            role: &[],
         }
     }
 
@@ -470,6 +508,7 @@ mod tests {
             template: None,
             variables: Some(&v),
             sensitive: &[],
+            role: &[],
         };
         let canonical = concat!(
             r#"{"contract":"v1alpha1","image":"img:1","inputs":{"#,
@@ -558,6 +597,7 @@ mod tests {
                 InputsRequest {
                     variables: Some(&other_value),
                     sensitive: &[],
+                    role: &[],
                     ..req
                 },
             ),
@@ -566,6 +606,7 @@ mod tests {
                 InputsRequest {
                     variables: Some(&other_number),
                     sensitive: &[],
+                    role: &[],
                     ..req
                 },
             ),
@@ -574,6 +615,7 @@ mod tests {
                 InputsRequest {
                     variables: Some(&added),
                     sensitive: &[],
+                    role: &[],
                     ..req
                 },
             ),
@@ -582,6 +624,7 @@ mod tests {
                 InputsRequest {
                     variables: Some(&as_string),
                     sensitive: &[],
+                    role: &[],
                     ..req
                 },
             ),
@@ -590,6 +633,7 @@ mod tests {
                 InputsRequest {
                     variables: None,
                     sensitive: &[],
+                    role: &[],
                     ..req
                 },
             ),

@@ -242,6 +242,13 @@ async fn perform<K: Workload>(
         Write::MarkApplied => durable::mark_applied(&secrets, K::KIND, &o.name)
             .await
             .map_err(Error::Kube)?,
+        Write::Annotate { key, value } => {
+            let patch = json!({"metadata": {"annotations": {key: value}}});
+            Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
+                .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::Kube)?;
+        }
         Write::RemoveRestoreRequest { serial } => {
             debug!(%serial, "the restore request is answered");
             let patch = json!({"metadata": {

@@ -3,6 +3,7 @@
 //! inputs rendered now. Pure: conditions go to the draft, writes, events
 //! and counters to the plan.
 
+use super::dependencies;
 use super::observe::Rest;
 use super::plan::{Count, Note, Plan, Write};
 use super::settle::Settled;
@@ -17,9 +18,9 @@ use crate::jobs::durable::{self, Recorded};
 use crate::jobs::inputs::{self, InputsError, InputsRequest, RenderedInputs};
 use crate::jobs::policy::{self, JobSettings};
 use crate::jobs::variables::{self, Fetched};
-use crate::keys::{CLONED_FROM_NAME, INPUTS_HASH};
+use crate::keys::{CLONED_FROM_NAME, ENDPOINT_SOURCE, INPUTS_HASH};
 use crate::metrics::BackupResult;
-use crate::names;
+use crate::names::{self, Kind};
 use crate::state::StateReadable;
 
 /// What the common steps found, for the live or deleting decision.
@@ -31,7 +32,16 @@ pub struct Common {
     /// exists, or the object's status shows it.
     pub ever_applied: bool,
     pub settings: JobSettings,
-    pub rendered: Result<RenderedInputs, InputsError>,
+    pub rendered: Result<RenderedInputs, Unrendered>,
+}
+
+/// Why no inputs are rendered this pass.
+#[derive(Debug)]
+pub enum Unrendered {
+    /// DependenciesReady says what is awaited (or what is wrong with the
+    /// variables).
+    Waiting,
+    Invalid(InputsError),
 }
 
 pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
@@ -73,7 +83,7 @@ pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
             .and_then(|c| c.spec.defaults.as_ref())
             .and_then(|d| d.jobs.as_ref()),
     );
-    let rendered = render(obj, o, rest, plan);
+    let rendered = render(obj, o, rest, durable.as_ref(), plan);
     Common {
         credentials,
         assessment,
@@ -217,14 +227,41 @@ fn backup<K: Workload>(p: &Pass<'_, K>, a: &Assessment, plan: &mut Plan) {
     plan.draft.status.state_backups = (!entries.is_empty()).then_some(entries);
 }
 
-/// DependenciesReady and the inputs rendered now, over the merged
-/// `variablesFrom` sources.
+/// DependenciesReady and the inputs rendered now: the owners' role inputs
+/// and the merged `variablesFrom` sources. A provisioned machine is never
+/// rendered again: its inputs are the ones it was applied with.
 fn render<K: Workload>(
     obj: &K,
     o: &Object,
     rest: &Rest,
+    durable: Option<&Recorded>,
     plan: &mut Plan,
-) -> Result<RenderedInputs, InputsError> {
+) -> Result<RenderedInputs, Unrendered> {
+    let ready = || {
+        Cond::new(
+            conditions::DEPENDENCIES_READY,
+            Status::True,
+            "DependenciesReady",
+            "",
+        )
+    };
+    if let (Kind::Machine, true, Some(d)) = (K::KIND, provisioned(obj), durable) {
+        plan.draft.set(ready());
+        return Ok(d.inputs.clone());
+    }
+    let role = match dependencies::role(obj, &rest.capi, durable) {
+        Ok(role) => role,
+        Err(cond) => {
+            plan.draft.set(cond);
+            return Err(Unrendered::Waiting);
+        }
+    };
+    if let Some(source) = role.record_endpoint_source {
+        plan.writes.push(Write::Annotate {
+            key: ENDPOINT_SOURCE,
+            value: source.as_str(),
+        });
+    }
     let spec = obj.workspace();
     let fetched: Vec<Fetched> = spec
         .variables_from
@@ -236,30 +273,8 @@ fn render<K: Workload>(
             data: data.clone(),
         })
         .collect();
-    match variables::merge(&fetched, spec.variables.as_ref(), K::KIND) {
-        Ok(merged) => {
-            plan.draft.set(Cond::new(
-                conditions::DEPENDENCIES_READY,
-                Status::True,
-                "DependenciesReady",
-                "",
-            ));
-            inputs::render(&InputsRequest {
-                kind: K::KIND,
-                namespace: &o.namespace,
-                name: &o.name,
-                cluster_name: obj.cluster_name(),
-                image: &spec.source.image,
-                template: obj
-                    .meta()
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get(CLONED_FROM_NAME))
-                    .map(String::as_str),
-                variables: Some(&merged.variables),
-                sensitive: &merged.sensitive,
-            })
-        }
+    let merged = match variables::merge(&fetched, spec.variables.as_ref(), K::KIND) {
+        Ok(merged) => merged,
         Err(e) => {
             plan.draft.set(Cond::new(
                 conditions::DEPENDENCIES_READY,
@@ -267,7 +282,33 @@ fn render<K: Workload>(
                 e.reason(),
                 e.to_string(),
             ));
-            Err(InputsError::Variables(e))
+            return Err(Unrendered::Waiting);
         }
-    }
+    };
+    plan.draft.set(ready());
+    inputs::render(&InputsRequest {
+        kind: K::KIND,
+        namespace: &o.namespace,
+        name: &o.name,
+        cluster_name: obj.cluster_name(),
+        image: &spec.source.image,
+        template: obj
+            .meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CLONED_FROM_NAME))
+            .map(String::as_str),
+        variables: Some(&merged.variables),
+        sensitive: &merged.sensitive,
+        role: &role.inputs,
+    })
+    .map_err(Unrendered::Invalid)
+}
+
+/// The provisioned latch of the object's status.
+pub fn provisioned<K: Workload>(obj: &K) -> bool {
+    obj.workspace_status()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.provisioned)
+        .unwrap_or(false)
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 
-use super::common::Common;
+use super::common::{Common, Unrendered};
 use super::observe::Rest;
 use super::plan::{Plan, Requeue, Write};
 use super::settle::Settled;
@@ -17,7 +17,6 @@ use crate::controllers::conditions::{self, Cond, Status};
 use crate::controllers::decide::{self, Decision, Facts, JobReason};
 use crate::controllers::ledger;
 use crate::controllers::workload::Workload;
-use crate::jobs::inputs::InputsError;
 use crate::keys::{RESTORE_SERIAL, RESTORE_STATE};
 use crate::names::Op;
 
@@ -82,8 +81,8 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
     let rendered = match &c.rendered {
         Ok(r) => r,
         // DependenciesReady says it.
-        Err(InputsError::Variables(_)) => return,
-        Err(e) => {
+        Err(Unrendered::Waiting) => return,
+        Err(Unrendered::Invalid(e)) => {
             plan.draft.set(Cond::new(
                 conditions::APPLY_JOB_SUCCEEDED,
                 Status::False,

@@ -1,7 +1,8 @@
 //! One reconcile pass of a workload object (ref §8.1, the steps this manager
 //! runs so far), in the shape of every pass:
 //!
-//! 1. lifecycle: the finalizer first (added, or the object released);
+//! 1. lifecycle: an externally managed object is skipped; then the
+//!    finalizer (added, or the object released);
 //! 2. observe: every read of the pass, once, into one plain value
 //!    ([`observe`]);
 //! 3. decide, pure: settle the Jobs that finished ([`settle`]), then the
@@ -12,9 +13,11 @@
 mod act;
 mod common;
 mod deleting;
+mod dependencies;
 mod launch;
 mod live;
 mod observe;
+mod owners;
 mod plan;
 mod record;
 mod settle;
@@ -113,6 +116,11 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
 }
 
 async fn pass<K: Workload>(obj: &K, ctx: &Context) -> Result<Action, Error> {
+    // Something else manages it: skipped entirely, status included (ref
+    // §8.1 step 1).
+    if owners::externally_managed(obj) {
+        return Ok(Action::await_change());
+    }
     let mut o = Object::of(obj)?;
     let deleting = match deletion::lifecycle(
         K::KIND,

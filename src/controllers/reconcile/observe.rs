@@ -13,6 +13,8 @@ use kube::api::{Api, ListParams};
 use kube::{Resource, ResourceExt};
 
 use super::Object;
+use super::common::provisioned;
+use super::owners::{self, Capi};
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool, VariablesSource};
 use crate::controllers::credentials;
 use crate::controllers::ledger;
@@ -44,6 +46,8 @@ pub struct Observed {
 pub struct Rest {
     /// A machine's or pool's TerraformCluster.
     pub cluster: Option<TerraformCluster>,
+    /// The Cluster API objects the object depends on.
+    pub capi: Capi,
     /// The durable inputs Secret, when CAPTF wrote it for this object.
     pub durable: Option<Secret>,
     pub credentials: credentials::Observed,
@@ -138,7 +142,10 @@ async fn rest<K: Workload>(
         .as_deref()
         .filter(|_| namespace_terminating);
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), ns);
-    let cluster = cluster_of(ctx, obj, ns).await?;
+    // A machine's inputs are read until it is provisioned, then never again.
+    let role_inputs = K::KIND != Kind::Machine || !provisioned(obj);
+    let capi = owners::read(ctx, obj, ns, role_inputs).await?;
+    let cluster = capi.terraform_cluster.clone();
     let durable = secrets
         .get_opt(&names::inputs_secret(K::KIND, &o.name))
         .await
@@ -193,6 +200,7 @@ async fn rest<K: Workload>(
     };
     Ok(Rest {
         cluster,
+        capi,
         durable,
         credentials,
         snapshot,
@@ -261,24 +269,6 @@ async fn terminated(
             .state?
             .terminated
     }))
-}
-
-/// The TerraformCluster a machine or pool belongs to. Until Cluster API
-/// owners are resolved (a later issue), it is the TerraformCluster of the
-/// namespace with the same cluster-name label.
-async fn cluster_of<K: Workload>(
-    ctx: &Context,
-    obj: &K,
-    ns: &str,
-) -> Result<Option<TerraformCluster>, Error> {
-    let Some(cluster) = obj.cluster_name().filter(|_| K::KIND != Kind::Cluster) else {
-        return Ok(None);
-    };
-    let list = Api::<TerraformCluster>::namespaced(ctx.client.clone(), ns)
-        .list(&ListParams::default().labels(&cluster_selector(cluster)))
-        .await
-        .map_err(Error::Kube)?;
-    Ok(list.items.into_iter().next())
 }
 
 fn cluster_selector(cluster: &str) -> String {

@@ -178,6 +178,11 @@ pub enum Write {
     },
     /// The durable inputs record that an apply succeeded.
     MarkApplied,
+    /// An annotation CAPTF records on the object itself.
+    Annotate {
+        key: &'static str,
+        value: &'static str,
+    },
     /// The restore of this serial succeeded: the request annotation goes.
     RemoveRestoreRequest {
         serial: String,

@@ -1,0 +1,180 @@
+//! DependenciesReady's Cluster API part and the role inputs (ref §8.1 step
+//! 2, §9.3): the owners, the cluster's infrastructure and exports, the
+//! bootstrap data. Pure, over what [`super::owners`] read.
+
+use serde_json::Value;
+
+use super::owners::{Capi, externally_managed};
+use crate::capi::inputs::{self, ClusterFacts, EndpointSource};
+use crate::capi::owners::{self, Facts};
+use crate::controllers::conditions::{self, Cond, Status};
+use crate::controllers::workload::Workload;
+use crate::jobs::durable::Recorded;
+use crate::jobs::inputs::Input;
+use crate::keys::ENDPOINT_SOURCE;
+use crate::names::Kind;
+use crate::state::Output;
+
+/// The role inputs, and the endpoint source a cluster records now.
+pub struct Role {
+    pub inputs: Vec<Input>,
+    pub record_endpoint_source: Option<EndpointSource>,
+}
+
+/// The role inputs of `obj`, or the DependenciesReady that keeps a Job from
+/// starting.
+pub fn role<K: Workload>(obj: &K, capi: &Capi, durable: Option<&Recorded>) -> Result<Role, Cond> {
+    let name = obj.meta().name.as_deref().unwrap_or_default();
+    owners::check(&Facts {
+        kind: K::KIND,
+        name,
+        cluster_label: obj.cluster_name(),
+        owner_refs: obj.meta().owner_references.as_deref().unwrap_or_default(),
+        owner: capi.owner(),
+        cluster: capi.cluster.as_ref(),
+        terraform_cluster: capi.terraform_cluster.is_some(),
+    })?;
+    let Some(cluster) = capi.cluster.as_ref() else {
+        // check() found it.
+        return Err(waiting("OwnerNotFound", "the Cluster is not found".into()));
+    };
+    if K::KIND == Kind::Cluster {
+        let source = obj
+            .meta()
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ENDPOINT_SOURCE))
+            .and_then(|v| EndpointSource::parse(v));
+        let (inputs, record) = inputs::cluster(&ClusterFacts {
+            cluster,
+            own_endpoint: obj.own_endpoint(),
+            source,
+            initialized_before: durable.is_some_and(rendered_initialized),
+        });
+        return Ok(Role {
+            inputs,
+            record_endpoint_source: record,
+        });
+    }
+    let provisioned = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.initialization.as_ref())
+        .and_then(|i| i.infrastructure_provisioned)
+        .unwrap_or(false);
+    if !provisioned {
+        return Err(Cond::new(
+            conditions::DEPENDENCIES_READY,
+            Status::Unknown,
+            "WaitingForClusterInfrastructure",
+            format!(
+                "the infrastructure of Cluster {} is not provisioned yet",
+                obj.cluster_name().unwrap_or_default()
+            ),
+        ));
+    }
+    let external = capi
+        .terraform_cluster
+        .as_ref()
+        .is_some_and(externally_managed);
+    let exports = match external {
+        true => Value::Object(Default::default()),
+        false => exports(capi.cluster_outputs.as_ref())?,
+    };
+    let inputs = match (capi.machine(), capi.pool()) {
+        (Some(m), _) => {
+            let b = m.spec.bootstrap.as_ref();
+            let bootstrap = inputs::bootstrap(
+                b.and_then(|b| b.data_secret_name.as_deref()),
+                capi.bootstrap.as_ref(),
+            )?;
+            inputs::machine(m, &bootstrap, &exports)
+        }
+        (_, Some(p)) => {
+            let b = p.spec.template.spec.bootstrap.as_ref();
+            let bootstrap = inputs::bootstrap(
+                b.and_then(|b| b.data_secret_name.as_deref()),
+                capi.bootstrap.as_ref(),
+            )?;
+            let domains = cluster_failure_domains(capi, external);
+            inputs::pool(p, &bootstrap, &exports, &domains)
+        }
+        // check() found the owner of the kind.
+        _ => return Err(waiting("OwnerNotFound", "the owner is not found".into())),
+    };
+    Ok(Role {
+        inputs,
+        record_endpoint_source: None,
+    })
+}
+
+fn waiting(reason: &'static str, message: String) -> Cond {
+    Cond::new(
+        conditions::DEPENDENCIES_READY,
+        Status::False,
+        reason,
+        message,
+    )
+}
+
+/// The cluster's `exports` output, verbatim (null is `{}`); machines and
+/// pools wait while it is not readable or holds a float.
+fn exports(outputs: Option<&std::collections::BTreeMap<String, Output>>) -> Result<Value, Cond> {
+    let wait = |why: &str| {
+        Cond::new(
+            conditions::DEPENDENCIES_READY,
+            Status::Unknown,
+            "WaitingForClusterExports",
+            format!("the cluster's exports output {why}"),
+        )
+    };
+    let outputs = outputs.ok_or_else(|| wait("is not readable yet"))?;
+    let value = outputs
+        .get("exports")
+        .ok_or_else(|| wait("is not in the cluster's state yet"))?
+        .value
+        .expose()
+        .to_value()
+        .map_err(|_| wait("is not valid JSON"))?;
+    if crate::jobs::inputs::integers_only(&value, "exports").is_err() {
+        return Err(wait("holds a number that is not an integer"));
+    }
+    Ok(match value {
+        Value::Null => Value::Object(Default::default()),
+        v => v,
+    })
+}
+
+/// The names in the cluster state's `failure_domains` output (the
+/// status's for an externally managed cluster).
+fn cluster_failure_domains(capi: &Capi, external: bool) -> Vec<String> {
+    if external {
+        return capi
+            .terraform_cluster
+            .as_ref()
+            .and_then(|c| c.status.as_ref())
+            .and_then(|s| s.failure_domains.as_ref())
+            .map(|d| d.iter().map(|d| d.name.clone()).collect())
+            .unwrap_or_default();
+    }
+    let value = capi
+        .cluster_outputs
+        .as_ref()
+        .and_then(|o| o.get("failure_domains"))
+        .and_then(|o| o.value.expose().to_value().ok());
+    match value {
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|d| d.get("name")?.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The durable inputs rendered `control_plane_initialized = true`.
+fn rendered_initialized(d: &Recorded) -> bool {
+    serde_json::from_slice::<Value>(&d.inputs.tfvars_json)
+        .ok()
+        .and_then(|v| v.get("control_plane_initialized")?.as_bool())
+        .unwrap_or(false)
+}
