@@ -107,6 +107,9 @@ pub const MANAGED_BY: &str = "cluster.x-k8s.io/managed-by";
 pub const PAUSED: &str = "cluster.x-k8s.io/paused";
 /// Keeps clusterctl move from moving an object while a Job runs for it.
 pub const BLOCK_MOVE: &str = "clusterctl.cluster.x-k8s.io/block-move";
+/// On a MachinePool: the autoscaler's bounds of its replicas.
+pub const AUTOSCALER_MIN_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
+pub const AUTOSCALER_MAX_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
 /// The template a machine or pool was cloned from.
 pub const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
 /// Makes clusterctl move carry state Secrets (backend labels).

@@ -250,7 +250,7 @@ pub fn pool(
             ),
         ),
         // Autoscaling (ref §8.8) comes with its write-back; until then the
-        // pool renders it off, and AutoscalingActive says so.
+        // pool renders it off (AutoscalingActive says so).
         Input::new(
             "autoscaling",
             "object({enabled=bool,min=number,max=number})",

@@ -17,6 +17,8 @@ pub const STATE_READABLE: &str = "StateReadable";
 pub const DEPENDENCIES_READY: &str = "DependenciesReady";
 /// Negative polarity: True while the object is being deleted.
 pub const DELETING: &str = "Deleting";
+pub const PAUSED: &str = "Paused";
+pub const AUTOSCALING_ACTIVE: &str = "AutoscalingActive";
 /// Negative polarity, TerraformCluster only: True while its machines and
 /// pools keep it from being destroyed.
 pub const DELETION_BLOCKED: &str = "DeletionBlocked";

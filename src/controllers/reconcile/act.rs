@@ -249,6 +249,13 @@ async fn perform<K: Workload>(
                 .await
                 .map_err(Error::Kube)?;
         }
+        Write::Unannotate { key } => {
+            let patch = json!({"metadata": {"annotations": {key: null}}});
+            Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
+                .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::Kube)?;
+        }
         Write::RemoveRestoreRequest { serial } => {
             debug!(%serial, "the restore request is answered");
             let patch = json!({"metadata": {

@@ -18,7 +18,7 @@ use crate::jobs::durable::{self, Recorded};
 use crate::jobs::inputs::{self, InputsError, InputsRequest, RenderedInputs};
 use crate::jobs::policy::{self, JobSettings};
 use crate::jobs::variables::{self, Fetched};
-use crate::keys::{CLONED_FROM_NAME, ENDPOINT_SOURCE, INPUTS_HASH};
+use crate::keys::{CLONED_FROM_NAME, ENDPOINT_SOURCE, INPUTS_HASH, PAUSED};
 use crate::metrics::BackupResult;
 use crate::names::{self, Kind};
 use crate::state::StateReadable;
@@ -33,6 +33,8 @@ pub struct Common {
     pub ever_applied: bool,
     pub settings: JobSettings,
     pub rendered: Result<RenderedInputs, Unrendered>,
+    /// The object or its Cluster is paused: nothing starts.
+    pub paused: bool,
 }
 
 /// Why no inputs are rendered this pass.
@@ -84,7 +86,9 @@ pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
             .and_then(|d| d.jobs.as_ref()),
     );
     let rendered = render(obj, o, rest, durable.as_ref(), plan);
+    let paused = paused(obj, rest, plan);
     Common {
+        paused,
         credentials,
         assessment,
         durable,
@@ -256,6 +260,9 @@ fn render<K: Workload>(
             return Err(Unrendered::Waiting);
         }
     };
+    if let Some(cond) = role.autoscaling.clone() {
+        plan.draft.set(cond);
+    }
     if let Some(source) = role.record_endpoint_source {
         plan.writes.push(Write::Annotate {
             key: ENDPOINT_SOURCE,
@@ -303,6 +310,34 @@ fn render<K: Workload>(
         role: &role.inputs,
     })
     .map_err(Unrendered::Invalid)
+}
+
+/// Paused (ref §8.1 step 4): the object's own annotation or its Cluster's
+/// `spec.paused`; the Paused condition says which.
+fn paused<K: Workload>(obj: &K, rest: &Rest, plan: &mut Plan) -> bool {
+    let cluster = rest
+        .capi
+        .cluster
+        .as_ref()
+        .is_some_and(|c| c.spec.paused == Some(true));
+    let own = super::has_annotation(obj, PAUSED);
+    let cond = match (own, cluster) {
+        (true, _) => Cond::new(
+            conditions::PAUSED,
+            Status::True,
+            "Paused",
+            format!("the object has the {PAUSED} annotation: no Job starts"),
+        ),
+        (false, true) => Cond::new(
+            conditions::PAUSED,
+            Status::True,
+            "Paused",
+            "its Cluster is paused: no Job starts",
+        ),
+        (false, false) => Cond::new(conditions::PAUSED, Status::False, "NotPaused", ""),
+    };
+    plan.draft.set(cond);
+    own || cluster
 }
 
 /// The provisioned latch of the object's status.

@@ -132,6 +132,15 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             plan.requeue = Requeue::After(wait + Duration::from_secs(1));
             return;
         }
+        Next::Destroy(_) if c.paused => {
+            plan.deleting = Some(Cond::new(
+                conditions::DELETING,
+                Status::True,
+                "Deleting",
+                "paused: the destroy starts once unpaused",
+            ));
+            return;
+        }
         Next::Destroy(inputs) => inputs,
     };
     let (rendered, image) = match (inputs, &c.durable, &c.rendered) {

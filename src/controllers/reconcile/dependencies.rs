@@ -11,7 +11,7 @@ use crate::controllers::conditions::{self, Cond, Status};
 use crate::controllers::workload::Workload;
 use crate::jobs::durable::Recorded;
 use crate::jobs::inputs::Input;
-use crate::keys::ENDPOINT_SOURCE;
+use crate::keys::{AUTOSCALER_MAX_SIZE, AUTOSCALER_MIN_SIZE, ENDPOINT_SOURCE};
 use crate::names::Kind;
 use crate::state::Output;
 
@@ -19,6 +19,8 @@ use crate::state::Output;
 pub struct Role {
     pub inputs: Vec<Input>,
     pub record_endpoint_source: Option<EndpointSource>,
+    /// A pool's AutoscalingActive.
+    pub autoscaling: Option<Cond>,
 }
 
 /// The role inputs of `obj`, or the DependenciesReady that keeps a Job from
@@ -54,6 +56,7 @@ pub fn role<K: Workload>(obj: &K, capi: &Capi, durable: Option<&Recorded>) -> Re
         return Ok(Role {
             inputs,
             record_endpoint_source: record,
+            autoscaling: None,
         });
     }
     let provisioned = cluster
@@ -105,7 +108,28 @@ pub fn role<K: Workload>(obj: &K, capi: &Capi, durable: Option<&Recorded>) -> Re
     Ok(Role {
         inputs,
         record_endpoint_source: None,
+        autoscaling: capi.pool().map(autoscaling),
     })
+}
+
+/// Autoscaling comes with its write-back (ref §8.8), not yet: a pool that
+/// asks for it is told so, and renders it off.
+fn autoscaling(p: &crate::capi::objects::MachinePool) -> Cond {
+    let asked = p.metadata.annotations.as_ref().is_some_and(|a| {
+        a.contains_key(AUTOSCALER_MIN_SIZE) || a.contains_key(AUTOSCALER_MAX_SIZE)
+    });
+    let message = match asked {
+        true => {
+            "the autoscaler annotations are not supported by this version of CAPTF yet: replicas follow spec.replicas"
+        }
+        false => "",
+    };
+    Cond::new(
+        conditions::AUTOSCALING_ACTIVE,
+        Status::False,
+        "AutoscalingDisabled",
+        message,
+    )
 }
 
 fn waiting(reason: &'static str, message: String) -> Cond {

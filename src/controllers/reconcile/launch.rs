@@ -9,10 +9,11 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use tracing::info;
 
 use super::Object;
+use super::has_annotation;
 use super::plan::{Draft, Note, Start};
 use super::record::record;
 use crate::api::ActiveJob;
@@ -24,6 +25,7 @@ use crate::jobs::builder;
 use crate::jobs::durable;
 use crate::jobs::leases::{self, Acquired, Gate, JobState, LeaseRequest};
 use crate::jobs::rbac;
+use crate::keys::BLOCK_MOVE;
 use crate::metrics::LeaseWait;
 use crate::names;
 
@@ -159,6 +161,18 @@ pub async fn launch<K: Workload>(
         }
     }
 
+    // Set directly, before the Job exists, so that clusterctl move never
+    // carries the object away from a running Job (ref §8.1 step 11).
+    if !has_annotation(obj, BLOCK_MOVE) {
+        let patch = serde_json::json!({"metadata": {"annotations": {BLOCK_MOVE: "true"}}});
+        let patched = Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
+            .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
+        if let Err(e) = patched {
+            release(ctx, o, &start, &job_name).await?;
+            return Err(Error::Kube(e));
+        }
+    }
     if let Some(record) = start.durable.clone() {
         let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace);
         if let Err(e) = durable::write(&secrets, record, &o.uid).await {

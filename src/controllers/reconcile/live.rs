@@ -121,6 +121,14 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         Decision::Restore => (Op::Restore, JobReason::RestoreRequested),
         Decision::Apply(reason) => (Op::Apply, reason),
     };
+    if c.paused {
+        plan.logs.push(format!(
+            "{} due ({}) but paused",
+            op.as_str(),
+            reason.as_str()
+        ));
+        return;
+    }
     let Some(identity) = c.credentials.identity.as_deref() else {
         // IdentityAllowed or CredentialsMirrored says why.
         return;

@@ -39,10 +39,11 @@ use super::ledger;
 use super::workload::Workload;
 use super::{Context, Error, Settings};
 use crate::api::ActiveJob;
+use crate::keys::BLOCK_MOVE;
 use crate::names;
 use crate::server::requests::counting;
 use observe::Observed;
-use plan::{Draft, Note, Plan, Requeue};
+use plan::{Draft, Note, Plan, Requeue, Write};
 
 /// Everything a decision of a pass without an active Job looks at.
 pub struct Pass<'a, K> {
@@ -224,7 +225,20 @@ fn decide<K: Workload>(
         false => live::plan(&pass, &c, &mut plan),
         true => deleting::plan(&pass, &c, &mut plan),
     }
+    // No Job is active: block-move goes, unless this pass starts one.
+    let starts = plan.writes.iter().any(|w| matches!(w, Write::Start(_)));
+    if has_annotation(obj, BLOCK_MOVE) && !starts {
+        plan.writes.push(Write::Unannotate { key: BLOCK_MOVE });
+    }
     plan
+}
+
+/// Whether the object carries the annotation `key`.
+pub fn has_annotation(obj: &impl kube::Resource, key: &str) -> bool {
+    obj.meta()
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(key))
 }
 
 /// The conditions set last: Deleting (once per pass) and Ready. True when

@@ -183,6 +183,9 @@ pub enum Write {
         key: &'static str,
         value: &'static str,
     },
+    Unannotate {
+        key: &'static str,
+    },
     /// The restore of this serial succeeded: the request annotation goes.
     RemoveRestoreRequest {
         serial: String,
