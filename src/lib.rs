@@ -15,6 +15,7 @@ pub mod keys;
 pub mod locks;
 pub mod metrics;
 pub mod names;
+pub mod outputs;
 pub mod protection;
 pub mod role;
 pub mod runner;

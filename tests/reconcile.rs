@@ -3,6 +3,7 @@
 //! server. Each test has its own namespace, manager (`--namespace`) and
 //! executor.
 
+use base64::Engine as _;
 use std::time::Duration;
 
 use captf::api::{TerraformCluster, TerraformClusterIdentity, TerraformMachine, WorkspaceSpec};
@@ -150,6 +151,41 @@ async fn a_cluster_and_its_machine_are_applied_and_their_state_adopted() {
     assert_eq!(annotation("captf.io/image"), Some(NOOP));
     assert!(annotation("captf.io/inputs-hash").is_some_and(|h| h.starts_with("h2:")));
     assert_eq!(annotation("captf.io/applied"), Some("true"));
+    // The role inputs (ref §9.3), from the Machine, its bootstrap Secret and
+    // the cluster's exports.
+    let tfvars = |secret: &Secret| -> serde_json::Value {
+        let data = secret.data.as_ref().unwrap();
+        serde_json::from_slice(&data["terraform.tfvars.json"].0).unwrap()
+    };
+    let values = tfvars(&inputs);
+    let bootstrap =
+        base64::engine::general_purpose::STANDARD.encode(captf_testkit::owners::BOOTSTRAP_DATA);
+    assert_eq!(values["machine_name"], json!("m1"));
+    assert_eq!(values["bootstrap_data"], json!(bootstrap));
+    assert_eq!(values["bootstrap_format"], json!("cloud-config"));
+    assert_eq!(values["kubernetes_version"], json!("v1.36.3"));
+    assert_eq!(values["control_plane"], json!(false));
+    assert_eq!(values["failure_domain"], json!(null));
+    assert_eq!(
+        values["captf_cluster_outputs"],
+        json!({"cluster": "c1", "greeting": "hi"})
+    );
+    assert_eq!(
+        values["captf_cluster"],
+        json!({"name": "c1", "namespace": env.ns})
+    );
+    let cluster_inputs = env
+        .secrets()
+        .get(&names::inputs_secret(Kind::Cluster, "c1"))
+        .await
+        .unwrap();
+    let values = tfvars(&cluster_inputs);
+    assert_eq!(values["control_plane_endpoint"], json!(null));
+    assert_eq!(values["control_plane_initialized"], json!(false));
+    assert_eq!(values["kubernetes_version"], json!(null));
+    assert_eq!(values["cluster_network"], json!(null));
+    assert!(values.get("captf_cluster_outputs").is_none());
+    assert!(!env.manager.log().contains(&bootstrap));
 
     // Applied inputs leave nothing to do: no second Job.
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -247,18 +283,41 @@ async fn two_managers_racing_start_one_job() {
     );
 }
 
-#[tokio::test]
-async fn a_machine_waits_while_its_cluster_holds_the_write_lease() {
-    let env = setup(MANAGER, "gate", &[], &[]).await;
-    env.cluster("c", NOOP, vars(&[("sleep_seconds", json!(25))]))
-        .await;
-    let cluster_job = within(&env, 120, "the cluster's Job", || async {
+/// The cluster `c` applied once (machines wait for its exports until
+/// then), then re-applying slowly: its second apply Job.
+async fn reapplying_cluster(env: &Env) -> Job {
+    env.cluster("c", NOOP, None).await;
+    within(env, 180, "the cluster applied", || async {
+        env.cluster_status("c").await.filter(applied)
+    })
+    .await;
+    Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns)
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"variables": {"sleep_seconds": 25}}})),
+        )
+        .await
+        .unwrap();
+    within(env, 120, "the cluster's second Job", || async {
         env.jobs()
             .await
             .into_iter()
-            .find(|j| j.name_any().starts_with("captf-c-c-apply-"))
+            .find(|j| j.name_any().starts_with("captf-c-c-apply-") && !finished(j))
     })
-    .await;
+    .await
+}
+
+fn finished(job: &Job) -> bool {
+    job.status
+        .as_ref()
+        .is_some_and(|s| s.succeeded.unwrap_or(0) > 0 || s.failed.unwrap_or(0) > 0)
+}
+
+#[tokio::test]
+async fn a_machine_waits_while_its_cluster_holds_the_write_lease() {
+    let env = setup(MANAGER, "gate", &[], &[]).await;
+    let cluster_job = reapplying_cluster(&env).await;
     env.machine("m", "c", None).await;
     let status = within(&env, 60, "the machine waiting", || async {
         env.machine_status("m").await.filter(|s| {
@@ -299,15 +358,7 @@ async fn a_machine_waits_while_its_cluster_holds_the_write_lease() {
 #[tokio::test]
 async fn with_the_gate_off_a_machine_does_not_wait_for_its_cluster() {
     let env = setup(MANAGER, "nogate", &[], &["--cluster-operation-gate=false"]).await;
-    env.cluster("c", NOOP, vars(&[("sleep_seconds", json!(25))]))
-        .await;
-    within(&env, 120, "the cluster's Job", || async {
-        env.jobs()
-            .await
-            .into_iter()
-            .find(|j| j.name_any().starts_with("captf-c-c-apply-"))
-    })
-    .await;
+    reapplying_cluster(&env).await;
     env.machine("m", "c", None).await;
     within(
         &env,

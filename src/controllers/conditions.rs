@@ -1,6 +1,7 @@
 //! Conditions of the workload kinds (ref §3): setting one, and the Ready
 //! summary. Pure: the reconcile hands in the time.
 
+use crate::names::Kind;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -23,17 +24,32 @@ pub const AUTOSCALING_ACTIVE: &str = "AutoscalingActive";
 /// pools keep it from being destroyed.
 pub const DELETION_BLOCKED: &str = "DeletionBlocked";
 
-/// The conditions Ready summarizes before the object is provisioned (ref §3),
-/// as far as this manager sets them. A condition not set yet counts as
-/// Unknown.
-const READY_INPUTS: [&str; 6] = [
+pub const OUTPUTS_VALID: &str = "OutputsValid";
+pub const INFRASTRUCTURE_HEALTHY: &str = "InfrastructureHealthy";
+
+/// The conditions Ready summarizes before the object is provisioned (ref
+/// §3). A condition not set yet counts as Unknown.
+const READY_INPUTS: [&str; 8] = [
     DEPENDENCIES_READY,
     IDENTITY_ALLOWED,
     CREDENTIALS_MIRRORED,
     RUNNER_RBAC_READY,
     APPLY_JOB_SUCCEEDED,
     STATE_READABLE,
+    OUTPUTS_VALID,
+    INFRASTRUCTURE_HEALTHY,
 ];
+
+/// What Ready summarizes once provisioned: a failed re-apply of a cluster
+/// or an identity outage no longer makes it False; a pool's applies still
+/// do, since they follow its replicas.
+const fn ready_inputs(kind: Kind, provisioned: bool) -> &'static [&'static str] {
+    match (provisioned, kind) {
+        (false, _) => &READY_INPUTS,
+        (true, Kind::MachinePool) => &[INFRASTRUCTURE_HEALTHY, APPLY_JOB_SUCCEEDED],
+        (true, _) => &[INFRASTRUCTURE_HEALTHY],
+    }
+}
 
 /// Tri-state condition status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,12 +167,12 @@ pub fn status_of<'a>(conditions: &'a [Condition], type_: &str) -> Option<(Status
         .map(|c| (Status::parse(&c.status), c.reason.as_str()))
 }
 
-/// The Ready summary (ref §3, before provisioning): False when any input is
-/// False, True when all are True, else Unknown. The message names the first
-/// condition that keeps it from True.
-pub fn ready(conditions: &[Condition]) -> Cond {
+/// The Ready summary (ref §3): False when any input is False, True when all
+/// are True, else Unknown. The message names the first condition that keeps
+/// it from True.
+pub fn ready(conditions: &[Condition], kind: Kind, provisioned: bool) -> Cond {
     let mut first_unknown = None;
-    for type_ in READY_INPUTS {
+    for &type_ in ready_inputs(kind, provisioned) {
         match conditions.iter().find(|c| c.type_ == type_) {
             Some(c) if c.status == "False" => {
                 return Cond::new(
@@ -243,6 +259,7 @@ mod tests {
             }
             cs
         };
+        let ready = |cs: &[Condition]| super::ready(cs, Kind::Machine, false);
         assert_eq!(ready(&all(Status::True)).status, Status::True);
         assert_eq!(ready(&all(Status::Unknown)).status, Status::Unknown);
         assert_eq!(ready(&[]).status, Status::Unknown);
@@ -262,5 +279,10 @@ mod tests {
         let r = ready(&cs);
         assert_eq!((r.status, r.reason), (Status::False, "NotReady"));
         assert!(r.message.contains("ApplyJobSucceeded"), "{}", r.message);
+        // Provisioned: only health counts, and for a pool its applies.
+        let after = |kind| super::ready(&cs, kind, true).status;
+        assert_eq!(after(Kind::Cluster), Status::True);
+        assert_eq!(after(Kind::Machine), Status::True);
+        assert_eq!(after(Kind::MachinePool), Status::False);
     }
 }

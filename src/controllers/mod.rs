@@ -102,6 +102,8 @@ pub enum Error {
     Mirror(String),
     #[error("the object has no {0}")]
     MissingMetadata(&'static str),
+    #[error("encoding the status: {0}")]
+    Encode(#[source] serde_json::Error),
 }
 
 impl Categorized for Error {
@@ -117,7 +119,7 @@ impl Categorized for Error {
             Error::Durable(e) => e.category(),
             // A conflict with another object's write, mostly: read again.
             Error::Mirror(_) => Category::Transient,
-            Error::MissingMetadata(_) => Category::Invalid,
+            Error::MissingMetadata(_) | Error::Encode(_) => Category::Invalid,
         }
     }
 }

@@ -7,6 +7,7 @@ use kube::Resource;
 use kube::core::NamespaceResourceScope;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
 
 use crate::api::{
     ApiEndpoint, TerraformCluster, TerraformMachine, TerraformMachinePool, WorkspaceSpec,
@@ -33,6 +34,18 @@ pub trait Workload:
     fn workspace(&self) -> &WorkspaceSpec;
     fn workspace_status(&self) -> Option<&WorkspaceStatus>;
 
+    /// The status fields of this kind alone (failure domains, addresses,
+    /// replicas...), as the object has them.
+    fn kind_status(&self) -> Map<String, Value>;
+
+    /// The object's spec, for the fields its outputs write.
+    fn spec_value(&self) -> Value;
+
+    /// A TerraformMachine's `spec.providerID`.
+    fn provider_id(&self) -> Option<&str> {
+        None
+    }
+
     /// A TerraformCluster's own `spec.controlPlaneEndpoint`.
     fn own_endpoint(&self) -> Option<&ApiEndpoint> {
         None
@@ -49,7 +62,26 @@ pub trait Workload:
     }
 }
 
+/// `status` serialized, when its shared fields are cleared: its kind's own.
+fn kind_fields(status: Option<impl Serialize>) -> Map<String, Value> {
+    match status.map(serde_json::to_value) {
+        Some(Ok(Value::Object(map))) => map,
+        _ => Map::new(),
+    }
+}
+
 impl Workload for TerraformCluster {
+    fn spec_value(&self) -> Value {
+        serde_json::to_value(&self.spec).unwrap_or_default()
+    }
+
+    fn kind_status(&self) -> Map<String, Value> {
+        kind_fields(self.status.clone().map(|mut s| {
+            s.workspace = WorkspaceStatus::default();
+            s
+        }))
+    }
+
     const KIND: Kind = Kind::Cluster;
     const MUTABLE: bool = true;
 
@@ -67,6 +99,21 @@ impl Workload for TerraformCluster {
 }
 
 impl Workload for TerraformMachine {
+    fn provider_id(&self) -> Option<&str> {
+        self.spec.provider_id.as_deref()
+    }
+
+    fn spec_value(&self) -> Value {
+        serde_json::to_value(&self.spec).unwrap_or_default()
+    }
+
+    fn kind_status(&self) -> Map<String, Value> {
+        kind_fields(self.status.clone().map(|mut s| {
+            s.workspace = WorkspaceStatus::default();
+            s
+        }))
+    }
+
     const KIND: Kind = Kind::Machine;
     const MUTABLE: bool = false;
 
@@ -80,6 +127,17 @@ impl Workload for TerraformMachine {
 }
 
 impl Workload for TerraformMachinePool {
+    fn spec_value(&self) -> Value {
+        serde_json::to_value(&self.spec).unwrap_or_default()
+    }
+
+    fn kind_status(&self) -> Map<String, Value> {
+        kind_fields(self.status.clone().map(|mut s| {
+            s.workspace = WorkspaceStatus::default();
+            s
+        }))
+    }
+
     const KIND: Kind = Kind::MachinePool;
     const MUTABLE: bool = true;
 

@@ -111,6 +111,16 @@ impl Output {
     pub fn sensitive(&self) -> bool {
         matches!(self.value, OutputValue::Sensitive(_))
     }
+
+    /// A sensitive output holding the JSON text `json`, as the rendered
+    /// root's outputs are.
+    #[cfg(test)]
+    pub(crate) fn sensitive_json(json: &str) -> Output {
+        Output {
+            value: OutputValue::Sensitive(Sensitive::new(Json(json.into()))),
+            type_: Json("\"dynamic\"".into()),
+        }
+    }
 }
 
 /// An output's value: a sensitive one is only reachable through

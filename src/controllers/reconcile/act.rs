@@ -92,9 +92,9 @@ pub async fn act<K: Workload>(
         ctx.metrics
             .state_read(K::KIND, &o.namespace, &o.name, gauges);
     }
-    let started = finish(&mut plan, deleting);
+    let started = finish(&mut plan, K::KIND, deleting);
     // A status the object already has costs no write.
-    if obj.workspace_status() != Some(&plan.draft.status) {
+    if obj.workspace_status() != Some(&plan.draft.status) || obj.kind_status() != plan.kind_status {
         apply_status::<K>(ctx, o, &plan).await?;
     }
     for t in &plan.draft.transitions {
@@ -242,6 +242,13 @@ async fn perform<K: Workload>(
         Write::MarkApplied => durable::mark_applied(&secrets, K::KIND, &o.name)
             .await
             .map_err(Error::Kube)?,
+        Write::PatchSpec(spec) => {
+            let patch = json!({ "spec": spec });
+            Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
+                .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::Kube)?;
+        }
         Write::Annotate { key, value } => {
             let patch = json!({"metadata": {"annotations": {key: value}}});
             Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
@@ -465,10 +472,14 @@ async fn remove_finalizer<K: Workload>(ctx: &Context, obj: &K, o: &Object) -> Re
 /// The whole computed status, applied server-side: what this pass no
 /// longer sets is removed.
 async fn apply_status<K: Workload>(ctx: &Context, o: &Object, plan: &Plan) -> Result<(), Error> {
+    let mut status = serde_json::to_value(&plan.draft.status).map_err(Error::Encode)?;
+    if let Some(fields) = status.as_object_mut() {
+        fields.extend(plan.kind_status.clone());
+    }
     let patch = json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
-        "status": plan.draft.status,
+        "status": status,
     });
     Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
         .patch_status(

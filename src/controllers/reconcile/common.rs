@@ -4,6 +4,7 @@
 //! and counters to the plan.
 
 use super::dependencies;
+use super::mapping;
 use super::observe::Rest;
 use super::plan::{Count, Note, Plan, Write};
 use super::settle::Settled;
@@ -77,6 +78,15 @@ pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
             .is_some_and(assessment::applied_by_status);
     let assessment = state(o, rest, settled, ever_applied, destroyed, plan);
     backup(p, &assessment, plan);
+    mapping::outputs(
+        obj,
+        rest,
+        &assessment.fact,
+        durable.as_ref(),
+        ever_applied,
+        p.deleting,
+        plan,
+    );
 
     let job_settings = policy::resolve(
         spec.jobs.as_ref(),

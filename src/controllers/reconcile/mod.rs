@@ -16,6 +16,7 @@ mod deleting;
 mod dependencies;
 mod launch;
 mod live;
+mod mapping;
 mod observe;
 mod owners;
 mod plan;
@@ -167,6 +168,7 @@ fn decide<K: Workload>(
     status.observed_generation = obj.meta().generation;
     let draft = Draft::new(status, obj.meta().generation, now);
     let mut plan = Plan::new(draft, Requeue::After(settings.sync_period));
+    plan.kind_status = obj.kind_status();
     let ledger = ledger::ledger(&observed.jobs);
     let (Some(rest), None) = (&observed.rest, ledger.active) else {
         // A runner works on the object: nothing is read or decided. The
@@ -243,7 +245,7 @@ pub fn has_annotation(obj: &impl kube::Resource, key: &str) -> bool {
 
 /// The conditions set last: Deleting (once per pass) and Ready. True when
 /// the deletion starts in this pass (DeletionStarted is due).
-fn finish(plan: &mut Plan, deleting: bool) -> bool {
+fn finish(plan: &mut Plan, kind: names::Kind, deleting: bool) -> bool {
     let mut started = false;
     if deleting {
         let cond = plan.deleting.take().unwrap_or_else(|| {
@@ -266,7 +268,17 @@ fn finish(plan: &mut Plan, deleting: bool) -> bool {
             "Deleting",
             "the object is being deleted",
         ),
-        false => conditions::ready(plan.draft.status.conditions.as_deref().unwrap_or_default()),
+        false => {
+            let provisioned = plan
+                .draft
+                .status
+                .initialization
+                .as_ref()
+                .and_then(|i| i.provisioned)
+                .unwrap_or(false);
+            let conditions = plan.draft.status.conditions.as_deref().unwrap_or_default();
+            conditions::ready(conditions, kind, provisioned)
+        }
     };
     plan.draft.set(ready);
     started

@@ -178,6 +178,8 @@ pub enum Write {
     },
     /// The durable inputs record that an apply succeeded.
     MarkApplied,
+    /// Fields of the object's spec that its outputs set (a merge patch).
+    PatchSpec(serde_json::Value),
     /// An annotation CAPTF records on the object itself.
     Annotate {
         key: &'static str,
@@ -252,6 +254,9 @@ pub enum Requeue {
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub draft: Draft,
+    /// The status fields of the object's kind alone (from its outputs);
+    /// what the object has, unless the pass maps its outputs anew.
+    pub kind_status: serde_json::Map<String, serde_json::Value>,
     /// Set at the end of the pass, so that its reason changes at most
     /// once per pass (and DeletionStarted is due only on the first).
     pub deleting: Option<Cond>,
@@ -275,6 +280,7 @@ impl Plan {
     pub fn new(draft: Draft, requeue: Requeue) -> Plan {
         Plan {
             draft,
+            kind_status: serde_json::Map::new(),
             deleting: None,
             notes: Vec::new(),
             writes: Vec::new(),

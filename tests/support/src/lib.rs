@@ -1,9 +1,11 @@
 //! captf-testkit: what the integration tests and the demo share: a real control
 //! plane and a namespace per test.
 
+pub mod capi;
 pub mod controlplane;
 pub mod executor;
 pub mod manager;
+pub mod owners;
 pub mod refusal;
 pub mod scenario;
 

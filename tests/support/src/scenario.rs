@@ -59,6 +59,7 @@ pub async fn setup(binary: &str, prefix: &str, creds: &[(&str, &str)], extra: &[
     let plane = controlplane::shared();
     let client = plane.client().await;
     install_crds(&client).await;
+    crate::capi::install_crds(&client).await;
     install_runner_role(&client).await;
     let ns = crate::namespace(&client, prefix).await;
     let identity = format!("id-{ns}");
@@ -405,6 +406,9 @@ impl Env {
             },
         );
         c.metadata.labels = labels(name);
+        c.metadata.owner_references = Some(vec![
+            crate::owners::cluster(&self.client, &self.ns, name).await,
+        ]);
         self.api::<TerraformCluster>()
             .create(&PostParams::default(), &c)
             .await
@@ -435,6 +439,10 @@ impl Env {
             },
         );
         m.metadata.labels = labels(cluster);
+        crate::owners::external_cluster(&self.client, &self.ns, cluster, &self.identity).await;
+        m.metadata.owner_references = Some(vec![
+            crate::owners::machine(&self.client, &self.ns, name, cluster).await,
+        ]);
         self.api::<TerraformMachine>()
             .create(&PostParams::default(), &m)
             .await
