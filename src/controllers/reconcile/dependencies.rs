@@ -202,3 +202,127 @@ fn rendered_initialized(d: &Recorded) -> bool {
         .and_then(|v| v.get("control_plane_initialized")?.as_bool())
         .unwrap_or(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::{TerraformCluster, TerraformMachine, TerraformMachineSpec};
+    use crate::capi::objects::{
+        Bootstrap, Cluster, ClusterInitialization, ClusterSpec, ClusterStatus, ContractRef,
+        Machine, MachineSpec,
+    };
+    use crate::controllers::reconcile::owners::Owned;
+    use crate::keys::{CLUSTER_NAME_LABEL, MANAGED_BY};
+
+    fn infra(kind: Kind, name: &str) -> Option<ContractRef> {
+        Some(ContractRef {
+            api_group: crate::api::GROUP.into(),
+            kind: kind.kind().into(),
+            name: name.into(),
+        })
+    }
+
+    /// A TerraformMachine `tm` owned by Machine `m` of Cluster `c`, whose
+    /// infrastructure is provisioned as `provisioned` says.
+    fn world(provisioned: bool) -> (TerraformMachine, Capi) {
+        let mut tm = TerraformMachine::new("tm", TerraformMachineSpec::default());
+        tm.metadata.labels = Some(BTreeMap::from([(CLUSTER_NAME_LABEL.into(), "c".into())]));
+        tm.metadata.owner_references = Some(vec![OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            name: "m".into(),
+            uid: "mu".into(),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }]);
+        let mut m = Machine::new(
+            "m",
+            MachineSpec {
+                cluster_name: "c".into(),
+                bootstrap: Some(Bootstrap {
+                    data_secret_name: Some("boot".into()),
+                }),
+                infrastructure_ref: infra(Kind::Machine, "tm"),
+                ..Default::default()
+            },
+        );
+        m.metadata.uid = Some("mu".into());
+        let mut c = Cluster::new(
+            "c",
+            ClusterSpec {
+                infrastructure_ref: infra(Kind::Cluster, "tc"),
+                ..Default::default()
+            },
+        );
+        c.status = Some(ClusterStatus {
+            initialization: Some(ClusterInitialization {
+                infrastructure_provisioned: Some(provisioned),
+                ..Default::default()
+            }),
+        });
+        let capi = Capi {
+            owner: Some(Owned::Machine(m)),
+            cluster: Some(c),
+            terraform_cluster: Some(TerraformCluster::new("tc", Default::default())),
+            bootstrap: Some(BTreeMap::from([("value".into(), b"data".to_vec())])),
+            cluster_outputs: Some(BTreeMap::from([(
+                "exports".into(),
+                Output::sensitive_json(r#"{"vpc":"v-1"}"#),
+            )])),
+        };
+        (tm, capi)
+    }
+
+    fn reason(r: Result<Role, Cond>) -> Result<Value, &'static str> {
+        r.map(|role| {
+            role.inputs
+                .into_iter()
+                .find(|i| i.name == "captf_cluster_outputs")
+                .map(|i| i.value)
+                .unwrap_or_default()
+        })
+        .map_err(|c| c.reason)
+    }
+
+    #[test]
+    fn a_machine_waits_for_its_clusters_infrastructure_exports_and_bootstrap_data() {
+        let (tm, capi) = world(true);
+        assert_eq!(reason(role(&tm, &capi, None)), Ok(json!({"vpc": "v-1"})));
+
+        let (tm, capi) = world(false);
+        assert_eq!(reason(role(&tm, &capi, None)), Err("WaitingForClusterInfrastructure"));
+
+        let (tm, mut capi) = world(true);
+        capi.cluster_outputs = None;
+        assert_eq!(reason(role(&tm, &capi, None)), Err("WaitingForClusterExports"));
+        capi.cluster_outputs = Some(BTreeMap::new());
+        assert_eq!(reason(role(&tm, &capi, None)), Err("WaitingForClusterExports"));
+        capi.cluster_outputs = Some(BTreeMap::from([(
+            "exports".into(),
+            Output::sensitive_json(r#"{"ratio":0.5}"#),
+        )]));
+        assert_eq!(reason(role(&tm, &capi, None)), Err("WaitingForClusterExports"));
+        capi.cluster_outputs = Some(BTreeMap::from([(
+            "exports".into(),
+            Output::sensitive_json("null"),
+        )]));
+        assert_eq!(reason(role(&tm, &capi, None)), Ok(json!({})));
+        // An externally managed cluster has no state of CAPTF's: `{}`.
+        capi.cluster_outputs = None;
+        capi.terraform_cluster
+            .as_mut()
+            .unwrap()
+            .metadata
+            .annotations = Some(BTreeMap::from([(MANAGED_BY.into(), "x".into())]));
+        assert_eq!(reason(role(&tm, &capi, None)), Ok(json!({})));
+
+        let (tm, mut capi) = world(true);
+        capi.bootstrap = None;
+        assert_eq!(reason(role(&tm, &capi, None)), Err("WaitingForBootstrapData"));
+    }
+}
