@@ -331,8 +331,12 @@ async fn a_machine_waits_while_its_cluster_holds_the_write_lease() {
         jobs.iter().all(|j| !j.name_any().starts_with("captf-m-")),
         "a machine Job started while the cluster applies"
     );
-    let cluster_done = within(&env, 180, "the cluster applied", || async {
-        env.cluster_status("c").await.filter(applied)
+    let cluster_done = within(&env, 180, "the cluster's re-apply done", || async {
+        env.cluster_status("c").await.filter(|s| {
+            s.last_run
+                .as_ref()
+                .is_some_and(|r| r.job == cluster_job.name_any())
+        })
     })
     .await;
     let machine_job = within(&env, 120, "the machine's Job", || async {
@@ -1153,15 +1157,19 @@ async fn a_corrupt_state_is_never_backed_up() {
             .filter(|s| condition(s, "StateReadable") == Some(("False", "StateCorrupt")))
     })
     .await;
-    let metrics = env.manager.metrics().await;
-    let skipped = metrics
-        .lines()
-        .find(|l| {
-            l.starts_with("captf_state_backups_total{")
-                && l.contains("result=\"skipped\"")
-                && l.contains("TerraformMachine")
-        })
-        .unwrap_or_else(|| panic!("no skipped count:\n{metrics}"));
+    // The counters move after the status write: wait for them.
+    let skipped = within(&env, 30, "the skipped backup counted", || async {
+        let metrics = env.manager.metrics().await;
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("captf_state_backups_total{")
+                    && l.contains("result=\"skipped\"")
+                    && l.contains("TerraformMachine")
+            })
+            .map(str::to_owned)
+    })
+    .await;
     assert!(skipped.ends_with(" 1"), "{skipped}");
     let backups = Api::<Secret>::namespaced(env.client.clone(), &env.ns)
         .list(&ListParams::default().labels("captf.io/state-backup=true"))

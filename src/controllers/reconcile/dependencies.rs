@@ -295,18 +295,30 @@ mod tests {
         assert_eq!(reason(role(&tm, &capi, None)), Ok(json!({"vpc": "v-1"})));
 
         let (tm, capi) = world(false);
-        assert_eq!(reason(role(&tm, &capi, None)), Err("WaitingForClusterInfrastructure"));
+        assert_eq!(
+            reason(role(&tm, &capi, None)),
+            Err("WaitingForClusterInfrastructure")
+        );
 
         let (tm, mut capi) = world(true);
         capi.cluster_outputs = None;
-        assert_eq!(reason(role(&tm, &capi, None)), Err("WaitingForClusterExports"));
+        assert_eq!(
+            reason(role(&tm, &capi, None)),
+            Err("WaitingForClusterExports")
+        );
         capi.cluster_outputs = Some(BTreeMap::new());
-        assert_eq!(reason(role(&tm, &capi, None)), Err("WaitingForClusterExports"));
+        assert_eq!(
+            reason(role(&tm, &capi, None)),
+            Err("WaitingForClusterExports")
+        );
         capi.cluster_outputs = Some(BTreeMap::from([(
             "exports".into(),
             Output::sensitive_json(r#"{"ratio":0.5}"#),
         )]));
-        assert_eq!(reason(role(&tm, &capi, None)), Err("WaitingForClusterExports"));
+        assert_eq!(
+            reason(role(&tm, &capi, None)),
+            Err("WaitingForClusterExports")
+        );
         capi.cluster_outputs = Some(BTreeMap::from([(
             "exports".into(),
             Output::sensitive_json("null"),
@@ -323,6 +335,9 @@ mod tests {
 
         let (tm, mut capi) = world(true);
         capi.bootstrap = None;
-        assert_eq!(reason(role(&tm, &capi, None)), Err("WaitingForBootstrapData"));
+        assert_eq!(
+            reason(role(&tm, &capi, None)),
+            Err("WaitingForBootstrapData")
+        );
     }
 }
