@@ -96,23 +96,20 @@ pub struct Facts<'a> {
 pub fn check(f: &Facts) -> Result<(), Cond> {
     let owner_kind = owner_kind(f.kind);
     let Some(reference) = owner_ref(f.kind, f.owner_refs) else {
-        return Err(match (f.kind, f.owner_refs.is_empty()) {
-            (Kind::Cluster, _) | (_, true) => waiting(
-                Status::Unknown,
-                "WaitingForOwner",
-                format!("waiting for a {owner_kind} to own the object"),
-            ),
-            (Kind::Machine, false) => waiting(
-                Status::False,
+        // One reason per kind (ref §8.1 step 2), Unknown: waiting never
+        // makes Ready False.
+        let (reason, message) = match f.kind {
+            Kind::Cluster => ("WaitingForOwner", "waiting for a Cluster to own the object"),
+            Kind::Machine => (
                 "WaitingForOwnerMachine",
                 "waiting for the controlling Machine's owner reference",
             ),
-            (Kind::MachinePool, false) => waiting(
-                Status::False,
+            Kind::MachinePool => (
                 "WaitingForOwnerMachinePool",
                 "waiting for the MachinePool's owner reference",
             ),
-        });
+        };
+        return Err(waiting(Status::Unknown, reason, message));
     };
     let Some(owner) = f.owner else {
         return Err(waiting(
@@ -328,17 +325,17 @@ mod tests {
         let cases = [
             Case {
                 refs: &[],
-                want: Some(("WaitingForOwner", Status::Unknown)),
+                want: Some(("WaitingForOwnerMachine", Status::Unknown)),
                 ..ok
             },
             Case {
                 refs: &control_plane,
-                want: Some(("WaitingForOwnerMachine", Status::False)),
+                want: Some(("WaitingForOwnerMachine", Status::Unknown)),
                 ..ok
             },
             Case {
                 refs: &not_controller,
-                want: Some(("WaitingForOwnerMachine", Status::False)),
+                want: Some(("WaitingForOwnerMachine", Status::Unknown)),
                 ..ok
             },
             Case {
@@ -424,7 +421,7 @@ mod tests {
         };
         assert_eq!(
             reason(check(&waiting)),
-            Some(("WaitingForOwnerMachinePool", Status::False))
+            Some(("WaitingForOwnerMachinePool", Status::Unknown))
         );
     }
 }
