@@ -244,12 +244,20 @@ pub async fn install_crds(client: &kube::Client) {
             .await
             .expect("applying a CRD");
     }
+    let names: Vec<String> = crds
+        .iter()
+        .map(|crd| crd.metadata.name.clone().unwrap())
+        .collect();
+    wait_established(&api, &names).await;
+}
+
+/// Waits until each of the CRDs `names` is Established.
+pub(crate) async fn wait_established(api: &Api<CustomResourceDefinition>, names: &[String]) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    for crd in &crds {
-        let name = crd.metadata.name.clone().unwrap();
+    for name in names {
         loop {
             let established = api
-                .get(&name)
+                .get(name)
                 .await
                 .ok()
                 .and_then(|c| c.status)
@@ -271,7 +279,7 @@ pub async fn install_crds(client: &kube::Client) {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
