@@ -4,155 +4,22 @@
 //! for a cloud (`tests/modules/capi-*`).
 
 use std::collections::BTreeMap;
-use std::io::Read;
+
+mod capi_shared;
+use capi_shared::*;
 
 use captf::api::{
-    IdentityReference, Source, TerraformCluster, TerraformClusterSpec, TerraformMachine,
-    TerraformMachinePool, TerraformMachinePoolSpec, TerraformMachineSpec, TerraformMachineTemplate,
-    TerraformMachineTemplateResource, TerraformMachineTemplateSpec, Variables, WorkspaceSpec,
-    WorkspaceStatus,
+    TerraformCluster, TerraformClusterSpec, TerraformMachine, TerraformMachinePool,
+    TerraformMachinePoolSpec, TerraformMachineSpec,
 };
-use captf::names::{self, Kind};
-use captf_testkit::capi::{self, CapiKind, CapiManager, MachineOptions};
-use captf_testkit::controlplane;
-use captf_testkit::scenario::{Env, condition, labels, setup, vars, within};
+use captf::names::Kind;
+use captf_testkit::capi::{self, CapiKind};
+use captf_testkit::scenario::{JobsSeen, labels, vars, within};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-
-const MANAGER: &str = env!("CARGO_BIN_EXE_captf-manager");
-const CLUSTER: &str = "captf.test/modules/capi-cluster:dev";
-const MACHINE: &str = "captf.test/modules/capi-machine:dev";
-const POOL: &str = "captf.test/modules/capi-pool:dev";
-const BOOTSTRAP: &[u8] = b"#cloud-config\nruncmd: [echo from-cluster-api]\n";
-
-async fn world(prefix: &str) -> (Env, CapiManager) {
-    let env = setup(MANAGER, prefix, &[], &["--sync-period=5s"]).await;
-    let capi = CapiManager::start(controlplane::shared(), &env.ns).await;
-    (env, capi)
-}
-
-fn workspace(env: &Env, image: &str, variables: Option<Variables>) -> WorkspaceSpec {
-    WorkspaceSpec {
-        source: Source {
-            image: image.into(),
-            image_pull_policy: None,
-        },
-        identity_ref: Some(IdentityReference {
-            name: env.identity.clone(),
-        }),
-        variables,
-        ..Default::default()
-    }
-}
-
-/// A TerraformCluster `name` of the capi-cluster module and its Cluster.
-async fn cluster(env: &Env, name: &str, variables: Option<Variables>, paused: bool) {
-    let mut c = TerraformCluster::new(
-        name,
-        TerraformClusterSpec {
-            workspace: workspace(env, CLUSTER, variables),
-            ..Default::default()
-        },
-    );
-    c.metadata.labels = labels(name);
-    env.api::<TerraformCluster>()
-        .create(&PostParams::default(), &c)
-        .await
-        .unwrap();
-    capi::create(
-        &env.client,
-        &env.ns,
-        capi::cluster(name, name, paused, None),
-    )
-    .await;
-}
-
-async fn bootstrap(env: &Env, name: &str, cluster: &str) {
-    env.secrets()
-        .create(
-            &PostParams::default(),
-            &capi::bootstrap_secret(name, cluster, BOOTSTRAP, None),
-        )
-        .await
-        .unwrap();
-}
-
-/// A TerraformMachine `name` of the capi-machine module in `cluster`.
-async fn terraform_machine(env: &Env, name: &str, cluster: &str, variables: Option<Variables>) {
-    let mut m = TerraformMachine::new(
-        name,
-        TerraformMachineSpec {
-            workspace: workspace(env, MACHINE, variables),
-            ..Default::default()
-        },
-    );
-    m.metadata.labels = labels(cluster);
-    env.api::<TerraformMachine>()
-        .create(&PostParams::default(), &m)
-        .await
-        .unwrap();
-}
-
-/// Its Machine, bootstrapped from `<name>-boot`.
-async fn machine(env: &Env, name: &str, cluster: &str, infra: &str, domain: Option<&str>) {
-    bootstrap(env, &format!("{name}-boot"), cluster).await;
-    let options = MachineOptions {
-        version: Some("1.36.3"),
-        control_plane: false,
-        failure_domain: domain,
-    };
-    let m = capi::machine(name, cluster, infra, &format!("{name}-boot"), &options);
-    capi::create(&env.client, &env.ns, m).await;
-}
-
-fn reason<'a>(s: &'a WorkspaceStatus, type_: &str) -> Option<(&'a str, &'a str)> {
-    condition(s, type_)
-}
-
-async fn field(env: &Env, kind: CapiKind, name: &str, pointer: &str) -> Option<Value> {
-    let object = capi::api(&env.client, &env.ns, kind)
-        .get_opt(name)
-        .await
-        .ok()??;
-    object
-        .data
-        .pointer(pointer)
-        .cloned()
-        .filter(|v| !v.is_null())
-}
-
-/// The attributes of `terraform_data.<resource>` in the object's state.
-async fn resource_input(env: &Env, kind: Kind, name: &str, resource: &str) -> Value {
-    let suffix = names::suffix(&env.ns, kind, name);
-    let secret = env
-        .secrets()
-        .get(&names::state_secret(&suffix))
-        .await
-        .unwrap();
-    let gz = &secret.data.unwrap()["tfstate"].0;
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(&gz[..])
-        .read_to_string(&mut text)
-        .unwrap();
-    let state: Value = serde_json::from_str(&text).unwrap();
-    state["resources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["type"] == "terraform_data" && r["name"] == resource)
-        .map(|r| r["instances"][0]["attributes"]["input"]["value"].clone())
-        .unwrap_or_else(|| panic!("no terraform_data.{resource} in the state"))
-}
-
-fn provisioned(s: &WorkspaceStatus) -> bool {
-    s.initialization
-        .as_ref()
-        .and_then(|i| i.provisioned)
-        .unwrap_or(false)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_and_a_machine_come_up_through_cluster_api() {
@@ -238,13 +105,7 @@ async fn a_cluster_and_a_machine_come_up_through_cluster_api() {
     assert!(exports.is_object() && !exports.as_object().unwrap().is_empty());
 
     // With the workload cluster's kubeconfig and a Node, it runs.
-    env.secrets()
-        .create(
-            &PostParams::default(),
-            &capi::kubeconfig_secret(controlplane::shared(), "c"),
-        )
-        .await
-        .unwrap();
+    workload_kubeconfig(&env, "c").await;
     let node = format!("{}-m", env.ns);
     Api::<Node>::all(env.client.clone())
         .create(&PostParams::default(), &capi::node(&node, &provider_id))
@@ -267,110 +128,10 @@ async fn a_cluster_and_a_machine_come_up_through_cluster_api() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_machine_deployment_comes_up_and_scales_down() {
-    let (env, capi) = world("capi-md").await;
-    cluster(&env, "c", None, false).await;
-    let template = TerraformMachineTemplate::new(
-        "workers",
-        TerraformMachineTemplateSpec {
-            template: TerraformMachineTemplateResource {
-                metadata: None,
-                spec: TerraformMachineSpec {
-                    workspace: workspace(&env, MACHINE, None),
-                    ..Default::default()
-                },
-            },
-        },
-    );
-    Api::<TerraformMachineTemplate>::namespaced(env.client.clone(), &env.ns)
-        .create(&PostParams::default(), &template)
-        .await
-        .unwrap();
-    bootstrap(&env, "md-boot", "c").await;
-    let md = capi::machine_deployment("md", "c", 3, "workers", "md-boot", Some("1.36.3"));
-    capi::create(&env.client, &env.ns, md).await;
-    let machines = capi
-        .within(480, "three machines provisioned", || async {
-            let list = env
-                .api::<TerraformMachine>()
-                .list(&Default::default())
-                .await
-                .ok()?;
-            let done: Vec<TerraformMachine> = list
-                .items
-                .into_iter()
-                .filter(|m| m.status.as_ref().is_some_and(|s| provisioned(&s.workspace)))
-                .collect();
-            (done.len() == 3).then_some(done)
-        })
-        .await;
-    let mut ids: Vec<String> = machines
-        .iter()
-        .map(|m| m.spec.provider_id.clone().unwrap())
-        .collect();
-    ids.sort();
-    ids.dedup();
-    assert_eq!(ids.len(), 3, "{ids:?}");
-    // The bring-up count (ref §8.8): one cluster apply and one apply per
-    // machine; without a control plane, control_plane_initialized never
-    // flips, so the cluster is not applied again.
-    for m in &machines {
-        env.more_passes(Kind::Machine, &m.name_any(), 2).await;
-    }
-    let applies: Vec<String> = env
-        .jobs()
-        .await
-        .iter()
-        .map(|j| j.name_any())
-        .filter(|n| n.contains("-apply-"))
-        .collect();
-    assert_eq!(applies.len(), 4, "{applies:?}");
-
-    capi::api(&env.client, &env.ns, CapiKind::MachineDeployment)
-        .patch(
-            "md",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 1}})),
-        )
-        .await
-        .unwrap();
-    let left = capi
-        .within(300, "two machines destroyed and gone", || async {
-            let list = env
-                .api::<TerraformMachine>()
-                .list(&Default::default())
-                .await
-                .ok()?;
-            (list.items.len() == 1).then_some(list.items)
-        })
-        .await;
-    let destroys: Vec<String> = env
-        .jobs()
-        .await
-        .iter()
-        .map(|j| j.name_any())
-        .filter(|n| n.contains("-destroy-"))
-        .collect();
-    assert_eq!(destroys.len(), 2, "{destroys:?}");
-    for m in &machines {
-        if m.name_any() == left[0].name_any() {
-            continue;
-        }
-        let suffix = names::suffix(&env.ns, Kind::Machine, &m.name_any());
-        within(
-            &env,
-            60,
-            "the destroyed machine's state cleaned up",
-            || async { env.state_secrets(&suffix).await.is_empty().then_some(()) },
-        )
-        .await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_pool_follows_its_replicas() {
     let (env, capi) = world("capi-mp").await;
     cluster(&env, "c", None, false).await;
+    workload_kubeconfig(&env, "c").await;
     let mut pool = TerraformMachinePool::new(
         "tp",
         TerraformMachinePoolSpec {
@@ -579,6 +340,7 @@ async fn what_keeps_a_job_from_starting() {
 
     // A deletion while paused waits for the unpause.
     pause(true).await;
+    let seen = JobsSeen::watch(&env);
     env.api::<TerraformMachine>()
         .delete("np", &DeleteParams::default())
         .await
@@ -588,6 +350,7 @@ async fn what_keeps_a_job_from_starting() {
     assert!(!env.gone::<TerraformMachine>("np").await);
     pause(false).await;
     env.wait_gone::<TerraformMachine>(240, "np").await;
-    assert_eq!(env.jobs_named("captf-m-np-destroy-").await.len(), 1);
+    // Its Jobs went with it; the watch saw the destroy.
+    assert_eq!(seen.destroys(Kind::Machine, "np").len(), 1);
     drop(capi);
 }

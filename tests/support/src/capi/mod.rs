@@ -111,6 +111,19 @@ impl CapiManager {
     /// `/readyz` answers 200. The CRDs must be installed first (both
     /// Cluster API's and the infrastructure's).
     pub async fn start(plane: &ControlPlane, namespace: &str) -> CapiManager {
+        CapiManager::spawn(plane, Some(namespace)).await
+    }
+
+    /// The manager for every namespace: its MachineSet controller deletes
+    /// Machines only with a cache of all namespaces (with `--namespace` it
+    /// fails to "cast TerraformMachine informer to SharedIndexInformer"), so
+    /// a test that scales a MachineDeployment down runs in a test binary of
+    /// its own.
+    pub async fn start_for_all_namespaces(plane: &ControlPlane) -> CapiManager {
+        CapiManager::spawn(plane, None).await
+    }
+
+    async fn spawn(plane: &ControlPlane, namespace: Option<&str>) -> CapiManager {
         let binary = controlplane::bin_dir().join(format!("capi-manager-v{}", version()));
         assert!(
             binary.exists(),
@@ -129,10 +142,12 @@ impl CapiManager {
         let health_port = free_port();
         let log = std::fs::File::create(dir.path().join("capi-manager.log")).unwrap();
         let mut cmd = Command::new(&binary);
-        cmd.arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
-            // The control plane is shared by the tests of a binary.
-            .arg(format!("--namespace={namespace}"))
-            .arg(format!("--webhook-cert-dir={}", certs.display()))
+        cmd.arg(format!("--kubeconfig={}", plane.kubeconfig().display()));
+        // The control plane is shared by the tests of a binary.
+        if let Some(namespace) = namespace {
+            cmd.arg(format!("--namespace={namespace}"));
+        }
+        cmd.arg(format!("--webhook-cert-dir={}", certs.display()))
             .arg(format!("--webhook-port={}", free_port()))
             .arg(format!("--health-addr=127.0.0.1:{health_port}"))
             // "0" turns the metrics server off.
