@@ -1,8 +1,10 @@
-//! `make demo`: a local control plane, the CRDs, the manager with its
-//! webhooks, the local pod executor standing in for kubelet, and the sample
-//! objects of config/samples, applied by real OpenTofu in their Jobs. It
-//! shows progress while it works and prints their status at the end. Ctrl-C
-//! stops everything.
+//! `make demo`: a local control plane, the CRDs, CAPTF's manager with its
+//! webhooks, the Cluster API core manager, the local pod executor standing
+//! in for kubelet, and the samples of config/samples (a Cluster with its
+//! TerraformCluster, a MachineDeployment of two from a
+//! TerraformMachineTemplate), applied by real OpenTofu in their Jobs. It
+//! shows progress until the Cluster is provisioned and both Machines run,
+//! then prints `clusterctl describe cluster`. Ctrl-C stops everything.
 
 use std::path::{Path, PathBuf};
 
@@ -10,10 +12,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use captf::api::{TerraformCluster, TerraformMachine, WorkspaceStatus};
+use captf_testkit::capi::{self, CapiKind, CapiManager};
 use captf_testkit::controlplane::{self, binary};
 use captf_testkit::executor::{Executor, Images};
 use captf_testkit::manager::{Manager, install_crds, install_runner_role};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::PostParams;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
@@ -95,64 +99,151 @@ fn progress(kind: &str, name: &str, status: Option<&WorkspaceStatus>) -> Vec<Str
     lines
 }
 
-fn done(status: Option<&WorkspaceStatus>) -> bool {
-    let is_true = |t: &str| {
-        status
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == t && c.status == "True"))
-    };
-    is_true("ApplyJobSucceeded") && is_true("StateReadable")
-}
-
-/// Follows the sample cluster and machine until both are applied and their
-/// state read, printing what changes; then prints their status.
-async fn follow(client: &kube::Client) -> Result<(), String> {
+/// Follows the sample cluster and its machines, printing what changes,
+/// until the Cluster's infrastructure is provisioned and both Machines run.
+/// Cluster API needs a workload cluster to see a Machine run: the demo's is
+/// the local API server itself (`demo-kubeconfig`), where a Node with each
+/// machine's provider ID stands in for the node that would join.
+async fn follow(client: &kube::Client, plane: &controlplane::ControlPlane) -> Result<(), String> {
     let clusters: Api<TerraformCluster> = Api::namespaced(client.clone(), "default");
     let machines: Api<TerraformMachine> = Api::namespaced(client.clone(), "default");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let capi_machines = capi::api(client, "default", CapiKind::Machine);
     let mut seen: BTreeMap<String, ()> = BTreeMap::new();
-    let deadline = Instant::now() + Duration::from_secs(600);
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(600);
     loop {
         let cluster = clusters.get("demo").await.map_err(|e| e.to_string())?;
-        let machine = machines
-            .get("demo-machine-0")
+        let mut lines = progress(
+            "TerraformCluster",
+            "demo",
+            cluster.status.as_ref().map(|s| &s.workspace),
+        );
+        let list = machines
+            .list(&Default::default())
             .await
             .map_err(|e| e.to_string())?;
-        let c = cluster.status.as_ref().map(|s| &s.workspace);
-        let m = machine.status.as_ref().map(|s| &s.workspace);
-        for line in progress("TerraformCluster", "demo", c)
-            .into_iter()
-            .chain(progress("TerraformMachine", "demo-machine-0", m))
-        {
+        for m in &list.items {
+            let name = m.metadata.name.clone().unwrap_or_default();
+            lines.extend(progress(
+                "TerraformMachine",
+                &name,
+                m.status.as_ref().map(|s| &s.workspace),
+            ));
+            // Its Node, once it has a provider ID.
+            if let Some(id) = &m.spec.provider_id {
+                if secrets
+                    .get_opt("demo-kubeconfig")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_none()
+                {
+                    println!(
+                        "    creating Secret demo-kubeconfig: the workload cluster is this API server"
+                    );
+                    secrets
+                        .create(
+                            &PostParams::default(),
+                            &capi::kubeconfig_secret(plane, "demo"),
+                        )
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+                if nodes
+                    .get_opt(&name)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_none()
+                {
+                    println!("    creating Node {name} with providerID {id}");
+                    nodes
+                        .create(&PostParams::default(), &capi::node(&name, id))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        for line in lines {
             if seen.insert(line.clone(), ()).is_none() {
                 println!("    {line}");
             }
         }
-        if done(c) && done(m) {
-            println!("\n==> applied. Status of TerraformCluster demo:");
+        let provisioned = capi::status_field(
+            client,
+            "default",
+            CapiKind::Cluster,
+            "demo",
+            "initialization.infrastructureProvisioned",
+        )
+        .await
+            == Some(serde_json::json!(true));
+        let phases: Vec<String> = capi_machines
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?
+            .items
+            .iter()
+            .filter_map(|m| m.data.pointer("/status/phase")?.as_str().map(str::to_owned))
+            .collect();
+        if provisioned && phases.len() == 2 && phases.iter().all(|p| p == "Running") {
+            let jobs = Api::<Job>::namespaced(client.clone(), "default")
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
             println!(
-                "{}",
-                serde_saphyr::to_string(&cluster.status).map_err(|e| e.to_string())?
-            );
-            println!("==> Status of TerraformMachine demo-machine-0:");
-            println!(
-                "{}",
-                serde_saphyr::to_string(&machine.status).map_err(|e| e.to_string())?
+                "\n==> the Cluster is provisioned and both Machines run, {}s after the samples, with {} Jobs",
+                started.elapsed().as_secs(),
+                jobs.items.len()
             );
             return Ok(());
         }
         if Instant::now() > deadline {
             return Err(
-                "the samples were not applied within 10 minutes; see the manager's log".into(),
+                "the samples did not come up within 10 minutes; see the managers' logs".into(),
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
-async fn demo(plane: &controlplane::ControlPlane) -> Result<(Manager, Executor), String> {
+/// `clusterctl describe cluster demo`, which reads the objects.
+fn describe(plane: &controlplane::ControlPlane) -> Result<(), String> {
+    let clusterctl = controlplane::bin_dir().join(format!("clusterctl-v{}", capi::version()));
+    let out = std::process::Command::new(&clusterctl)
+        .args([
+            "describe",
+            "cluster",
+            "demo",
+            "--namespace",
+            "default",
+            "--show-conditions",
+            "all",
+        ])
+        .env("KUBECONFIG", plane.kubeconfig())
+        .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
+        .output()
+        .map_err(|e| format!("running {}: {e}", clusterctl.display()))?;
+    println!(
+        "==> clusterctl describe cluster demo\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    if !out.status.success() {
+        return Err(format!(
+            "clusterctl failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
+}
+
+async fn demo(
+    plane: &controlplane::ControlPlane,
+) -> Result<(Manager, CapiManager, Executor), String> {
     let client = plane.client().await;
-    println!("==> installing the CRDs");
+    println!("==> installing the CRDs, CAPTF's and Cluster API's");
     install_crds(&client).await;
+    capi::install_crds(&client).await;
     println!("==> installing the runner ClusterRole (config/rbac/runner_clusterrole.yaml)");
     install_runner_role(&client).await;
     println!("==> starting the local pod executor (it runs the Jobs' pods in place of kubelet)");
@@ -169,6 +260,11 @@ async fn demo(plane: &controlplane::ControlPlane) -> Result<(Manager, Executor),
         manager.webhook_port
     );
     manager.register_webhooks(&client).await;
+    println!(
+        "==> starting the Cluster API core manager v{}",
+        capi::version()
+    );
+    let capi_manager = CapiManager::start_for_all_namespaces(plane).await;
 
     println!("==> creating Secret default/demo-credentials, which the sample identity names");
     let credentials = Secret {
@@ -188,7 +284,7 @@ async fn demo(plane: &controlplane::ControlPlane) -> Result<(Manager, Executor),
         .map_err(|e| format!("creating the credentials Secret: {e}"))?;
 
     println!("==> applying config/samples: the webhooks default what nothing inherits");
-    for file in ["identity.yaml", "cluster.yaml", "machine.yaml"] {
+    for file in ["identity.yaml", "cluster.yaml", "machinedeployment.yaml"] {
         for object in
             apply_sample(&client, &workspace_root().join("config/samples").join(file)).await?
         {
@@ -204,9 +300,10 @@ async fn demo(plane: &controlplane::ControlPlane) -> Result<(Manager, Executor),
             );
         }
     }
-    println!("==> the manager starts their apply Jobs; progress:");
-    follow(&client).await?;
-    Ok((manager, executor))
+    println!("==> Cluster API and CAPTF bring them up; progress:");
+    follow(&client, plane).await?;
+    describe(plane)?;
+    Ok((manager, capi_manager, executor))
 }
 
 fn main() {
@@ -219,7 +316,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("building a runtime");
-    let (manager, executor) = match runtime.block_on(demo(&plane)) {
+    let (manager, capi_manager, executor) = match runtime.block_on(demo(&plane)) {
         Ok(running) => running,
         Err(e) => {
             eprintln!("demo: {e}");
@@ -228,7 +325,7 @@ fn main() {
         }
     };
     println!(
-        "\n==> ready. In another terminal:\n\n    export KUBECONFIG={}\n    alias kubectl={}\n    kubectl get terraformclusters,terraformmachines,jobs,secrets -A\n    kubectl explain terraformmachine.spec.jobs\n    curl -s http://127.0.0.1:{}/readyz\n\n    The manager's log: {}\n    Ctrl-C here stops the manager and the control plane.\n",
+        "\n==> ready. In another terminal:\n\n    export KUBECONFIG={}\n    alias kubectl={}\n    kubectl get clusters,machines,terraformclusters,terraformmachines,jobs -A\n    kubectl explain terraformmachine.spec.jobs\n    curl -s http://127.0.0.1:{}/readyz\n\n    The manager's log: {}\n    Ctrl-C here stops the manager and the control plane.\n",
         plane.kubeconfig().display(),
         binary("kubectl").display(),
         manager.health_port,
@@ -237,8 +334,9 @@ fn main() {
     runtime.block_on(async {
         let _ = tokio::signal::ctrl_c().await;
     });
-    println!("==> stopping the manager and the executor");
+    println!("==> stopping the managers and the executor");
     drop(manager);
+    drop(capi_manager);
     runtime.block_on(executor.stop());
     println!("==> stopping the control plane");
     plane.stop();
