@@ -13,6 +13,7 @@ use crate::jobs::durable::Recorded;
 use crate::jobs::inputs::Input;
 use crate::keys::{AUTOSCALER_MAX_SIZE, AUTOSCALER_MIN_SIZE, ENDPOINT_SOURCE};
 use crate::names::Kind;
+use crate::outputs::decode::{self, Outputs};
 use crate::state::Output;
 
 /// The role inputs, and the endpoint source a cluster records now.
@@ -142,57 +143,42 @@ fn waiting(reason: &'static str, message: String) -> Cond {
 }
 
 /// The cluster's `exports` output, verbatim (null is `{}`); machines and
-/// pools wait while it is not readable or holds a float.
+/// pools wait while it is not readable or breaks the contract.
 fn exports(outputs: Option<&std::collections::BTreeMap<String, Output>>) -> Result<Value, Cond> {
-    let wait = |why: &str| {
+    let wait = |why: String| {
         Cond::new(
             conditions::DEPENDENCIES_READY,
             Status::Unknown,
             "WaitingForClusterExports",
-            format!("the cluster's exports output {why}"),
+            format!("the cluster's exports: {why}"),
         )
     };
-    let outputs = outputs.ok_or_else(|| wait("is not readable yet"))?;
-    let value = outputs
-        .get("exports")
-        .ok_or_else(|| wait("is not in the cluster's state yet"))?
-        .value
-        .expose()
-        .to_value()
-        .map_err(|_| wait("is not valid JSON"))?;
-    if crate::jobs::inputs::integers_only(&value, "exports").is_err() {
-        return Err(wait("holds a number that is not an integer"));
+    let outputs = outputs.ok_or_else(|| wait("the cluster's state is not readable yet".into()))?;
+    if !outputs.contains_key("exports") {
+        return Err(wait("not in the cluster's state yet".into()));
     }
-    Ok(match value {
-        Value::Null => Value::Object(Default::default()),
-        v => v,
-    })
+    let decoded = Outputs::of(outputs).map_err(|p| wait(p.to_string()))?;
+    decode::exports(&decoded).map_err(|p| wait(p.to_string()))
 }
 
 /// The names in the cluster state's `failure_domains` output (the
 /// status's for an externally managed cluster).
 fn cluster_failure_domains(capi: &Capi, external: bool) -> Vec<String> {
-    if external {
-        return capi
+    let domains = match external {
+        true => capi
             .terraform_cluster
             .as_ref()
             .and_then(|c| c.status.as_ref())
-            .and_then(|s| s.failure_domains.as_ref())
-            .map(|d| d.iter().map(|d| d.name.clone()).collect())
-            .unwrap_or_default();
-    }
-    let value = capi
-        .cluster_outputs
-        .as_ref()
-        .and_then(|o| o.get("failure_domains"))
-        .and_then(|o| o.value.expose().to_value().ok());
-    match value {
-        Some(Value::Array(items)) => items
-            .iter()
-            .filter_map(|d| d.get("name")?.as_str().map(str::to_owned))
-            .collect(),
-        _ => Vec::new(),
-    }
+            .and_then(|s| s.failure_domains.clone())
+            .unwrap_or_default(),
+        false => capi
+            .cluster_outputs
+            .as_ref()
+            .and_then(|o| Outputs::of(o).ok())
+            .and_then(|o| decode::failure_domains(&o).ok())
+            .unwrap_or_default(),
+    };
+    domains.into_iter().map(|d| d.name).collect()
 }
 
 /// The durable inputs rendered `control_plane_initialized = true`.
