@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Node, NodeSpec, Secret};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
 use serde_json::{Value, json};
 
@@ -283,9 +285,10 @@ pub fn kubeconfig_secret(plane: &ControlPlane, cluster: &str) -> Secret {
     cluster_secret(&format!("{cluster}-kubeconfig"), cluster, data)
 }
 
-/// A Node with `provider_id`, which Cluster API matches to a Machine. Nodes
-/// are cluster-wide, shared by every test of the binary: the provider IDs
-/// of the test modules carry the namespace.
+/// A Ready Node with `provider_id`, which Cluster API matches to a Machine
+/// or a MachinePool member. It stays Ready: no node controller runs here.
+/// Nodes are cluster-wide, shared by every test of the binary: the provider
+/// IDs of the test modules carry the namespace.
 pub fn node(name: &str, provider_id: &str) -> Node {
     Node {
         metadata: ObjectMeta {
@@ -296,7 +299,18 @@ pub fn node(name: &str, provider_id: &str) -> Node {
             provider_id: Some(provider_id.to_string()),
             ..Default::default()
         }),
-        ..Default::default()
+        // A Node's status may be set on create. A MachinePool counts only
+        // Ready Nodes, and is Running only once they are all counted.
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                reason: Some("KubeletReady".into()),
+                last_transition_time: Some(Time(Timestamp::now())),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
     }
 }
 
