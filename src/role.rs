@@ -14,6 +14,11 @@ pub const COMMON_INPUTS: &[&str] = &[
     "captf_cluster_outputs",
 ];
 
+/// The output of the rendered root listing which of the role's outputs the
+/// module declares: tofu keeps no null output in a state, so without it an
+/// output left undeclared would look like a null one.
+pub const DECLARED_OUTPUTS: &str = "captf_declared_outputs";
+
 /// The role each kind's module plays.
 impl Kind {
     /// The role's name in the module contract (the `io.captf.role` image
@@ -26,8 +31,8 @@ impl Kind {
         }
     }
 
-    /// The outputs the role's module declares, which the rendered root
-    /// re-exports.
+    /// The outputs of the role's module, which the rendered root re-exports
+    /// (null when the module does not declare one).
     pub fn outputs(self) -> &'static [&'static str] {
         match self {
             Kind::Cluster => &[
@@ -50,6 +55,17 @@ impl Kind {
                 "instances",
                 "health",
             ],
+        }
+    }
+
+    /// The outputs the module must declare (ref §9.4): one it does not is
+    /// OutputsMissing. The others, `health` included, may be left out and
+    /// count as null.
+    pub fn required_outputs(self) -> &'static [&'static str] {
+        match self {
+            Kind::Cluster => &["control_plane_endpoint", "failure_domains", "exports"],
+            Kind::Machine => &["provider_id", "interruptible"],
+            Kind::MachinePool => &["provider_id_list", "replicas"],
         }
     }
 

@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use crate::api::Variables;
 use crate::error::{Categorized, Category};
 use crate::names::Kind;
+use crate::role::DECLARED_OUTPUTS;
 use crate::webhooks::rules::variable_key_rule;
 
 /// The module contract version the root implements.
@@ -143,14 +144,22 @@ pub fn render(req: &InputsRequest) -> Result<RenderedInputs, InputsError> {
         arguments.insert(name.clone(), format!("${{var.{name}}}").into());
         values.insert(name.clone(), value.clone());
     }
-    let outputs: Map<String, Value> = role
+    // An output the module does not declare is null here rather than a
+    // validate error, and the declared list tells the two apart.
+    let mut outputs: Map<String, Value> = role
         .outputs()
         .iter()
         .map(|name| {
-            let output = json!({ "value": format!("${{module.role.{name}}}"), "sensitive": true });
+            let value = format!("${{try(module.role.{name}, null)}}");
+            let output = json!({ "value": value, "sensitive": true });
             ((*name).to_owned(), output)
         })
         .collect();
+    let names = serde_json::to_string(role.outputs()).unwrap_or_default();
+    outputs.insert(
+        DECLARED_OUTPUTS.into(),
+        json!({ "value": format!("${{[for n in {names} : n if can(module.role[n])]}}") }),
+    );
     let root = json!({
         "terraform": { "backend": { "kubernetes": {} } },
         "variable": declared,
@@ -393,11 +402,12 @@ mod tests {
         assert_eq!(
             root["output"],
             json!({
-                "addresses": { "value": "${module.role.addresses}", "sensitive": true },
-                "failure_domain": { "value": "${module.role.failure_domain}", "sensitive": true },
-                "health": { "value": "${module.role.health}", "sensitive": true },
-                "interruptible": { "value": "${module.role.interruptible}", "sensitive": true },
-                "provider_id": { "value": "${module.role.provider_id}", "sensitive": true },
+                "addresses": { "value": "${try(module.role.addresses, null)}", "sensitive": true },
+                "captf_declared_outputs": { "value": "${[for n in [\"provider_id\",\"addresses\",\"failure_domain\",\"interruptible\",\"health\"] : n if can(module.role[n])]}" },
+                "failure_domain": { "value": "${try(module.role.failure_domain, null)}", "sensitive": true },
+                "health": { "value": "${try(module.role.health, null)}", "sensitive": true },
+                "interruptible": { "value": "${try(module.role.interruptible, null)}", "sensitive": true },
+                "provider_id": { "value": "${try(module.role.provider_id, null)}", "sensitive": true },
             })
         );
         assert_eq!(
@@ -426,6 +436,7 @@ mod tests {
             (
                 Kind::Cluster,
                 vec![
+                    "captf_declared_outputs",
                     "control_plane_endpoint",
                     "exports",
                     "failure_domains",
@@ -435,6 +446,7 @@ mod tests {
             (
                 Kind::MachinePool,
                 vec![
+                    "captf_declared_outputs",
                     "health",
                     "instances",
                     "provider_id",

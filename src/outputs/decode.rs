@@ -10,6 +10,8 @@ use crate::api::{
     ApiEndpoint, FailureDomain, InstanceState, MachineAddress, MachineAddressType,
     MachinePoolInstance,
 };
+use crate::names::Kind;
+use crate::role::DECLARED_OUTPUTS;
 use crate::state::Output;
 
 /// Why an output cannot be used.
@@ -21,6 +23,9 @@ pub enum Problem {
     Pending(&'static str),
     #[error("output {output} {rule}")]
     Invalid { output: &'static str, rule: String },
+    /// Required outputs the module does not declare.
+    #[error("the module declares no output {}", .0.join(", "))]
+    Missing(Vec<&'static str>),
 }
 
 fn invalid(output: &'static str, rule: impl Into<String>) -> Problem {
@@ -49,6 +54,25 @@ impl Outputs {
     /// The value of `name`, None when null.
     fn get(&self, name: &str) -> Option<&Value> {
         self.0.get(name).filter(|v| !v.is_null())
+    }
+
+    /// The required outputs of `kind` the module does not declare, from
+    /// the rendered root's list; a state without the list (written before
+    /// it was rendered) counts as declaring them all.
+    pub fn undeclared(&self, kind: Kind) -> Result<Vec<&'static str>, Problem> {
+        let Some(declared) = self.get(DECLARED_OUTPUTS) else {
+            return Ok(Vec::new());
+        };
+        let declared: Vec<&str> = declared
+            .as_array()
+            .and_then(|names| names.iter().map(Value::as_str).collect())
+            .ok_or_else(|| invalid(DECLARED_OUTPUTS, "must be a list of names"))?;
+        Ok(kind
+            .required_outputs()
+            .iter()
+            .copied()
+            .filter(|name| !declared.contains(name))
+            .collect())
     }
 
     fn required(&self, name: &'static str) -> Result<&Value, Problem> {

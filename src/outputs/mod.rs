@@ -74,6 +74,7 @@ fn problem_cond(p: &Problem) -> Cond {
     match p {
         Problem::Pending(_) => valid_cond(Status::Unknown, "OutputsPending", p.to_string()),
         Problem::Invalid { .. } => valid_cond(Status::False, "OutputsInvalid", p.to_string()),
+        Problem::Missing(_) => valid_cond(Status::False, "OutputsMissing", p.to_string()),
     }
 }
 
@@ -128,6 +129,12 @@ fn first<T>(r: Result<T, Problem>, problem: &mut Option<Cond>) -> Option<T> {
 
 fn decode(f: &Facts, o: &Outputs) -> Decoded {
     let mut problem = None;
+    // Missing outputs come first: the module itself has to change.
+    if let Some(missing) = first(o.undeclared(f.kind), &mut problem)
+        && !missing.is_empty()
+    {
+        problem = Some(problem_cond(&Problem::Missing(missing)));
+    }
     let health = first(decode::health(o), &mut problem).flatten();
     let mut d = Decoded {
         health,

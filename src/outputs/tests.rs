@@ -1,6 +1,7 @@
 use super::*;
 
 const SECRET: &str = "s3cr3t-value";
+const DECLARED: &str = crate::role::DECLARED_OUTPUTS;
 
 fn outputs(pairs: &[(&str, Value)]) -> BTreeMap<String, Output> {
     pairs
@@ -325,4 +326,74 @@ fn nothing_is_mapped_from_a_state_no_apply_adopted() {
     });
     assert_eq!(m.outputs_valid, None);
     assert!(!m.provisioned && m.spec.is_empty() && m.status.is_none());
+}
+
+#[test]
+fn an_undeclared_required_output_is_missing_a_null_one_pending() {
+    let declared = |names: &[&str]| (DECLARED, json!(names));
+    // (kind, outputs, want)
+    let cases = [
+        // Every required output declared, the optional ones left out.
+        (
+            Kind::Cluster,
+            vec![declared(&[
+                "control_plane_endpoint",
+                "failure_domains",
+                "exports",
+            ])],
+            (Status::True, "OutputsValid"),
+        ),
+        (
+            Kind::Cluster,
+            vec![declared(&["control_plane_endpoint", "health"]), running()],
+            (Status::False, "OutputsMissing"),
+        ),
+        // Declared and null: pending, not missing.
+        (
+            Kind::Machine,
+            vec![declared(&["provider_id", "interruptible"]), running()],
+            (Status::Unknown, "OutputsPending"),
+        ),
+        // Missing wins over an invalid value.
+        (
+            Kind::Machine,
+            vec![
+                declared(&["provider_id", "addresses"]),
+                ("provider_id", json!("test://m")),
+                ("addresses", json!("not a list")),
+            ],
+            (Status::False, "OutputsMissing"),
+        ),
+        (
+            Kind::MachinePool,
+            vec![declared(&["replicas"]), ("replicas", json!(0))],
+            (Status::False, "OutputsMissing"),
+        ),
+        // A state rendered before the list: everything counts as declared.
+        (
+            Kind::MachinePool,
+            vec![("replicas", json!(0)), ("provider_id_list", json!([]))],
+            (Status::True, "OutputsValid"),
+        ),
+        (
+            Kind::MachinePool,
+            vec![(DECLARED, json!("provider_id_list"))],
+            (Status::False, "OutputsInvalid"),
+        ),
+    ];
+    for (kind, pairs, want) in cases {
+        let o = outputs(&pairs);
+        let m = map(&facts(kind, &o));
+        assert_eq!(reason(&m), want, "{kind:?} {pairs:?}");
+        if want.1 == "OutputsMissing" {
+            assert!(!m.provisioned || kind == Kind::MachinePool, "{kind:?}");
+        }
+    }
+    let o = outputs(&[declared(&["health"]), running()]);
+    let m = map(&facts(Kind::Machine, &o));
+    assert_eq!(
+        m.outputs_valid.unwrap().message,
+        "the module declares no output provider_id, interruptible"
+    );
+    assert!(!m.provisioned);
 }
