@@ -65,13 +65,7 @@ pub fn cluster(f: &ClusterFacts) -> (Vec<Input>, Option<EndpointSource>) {
             .or_else(|| valid_endpoint(f.own_endpoint)),
     };
     let record = (f.source.is_none() && endpoint.is_some()).then_some(EndpointSource::User);
-    let initialized = f
-        .cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.initialization.as_ref())
-        .and_then(|i| i.control_plane_initialized)
-        .unwrap_or(false);
+    let initialized = f.cluster.control_plane_initialized();
     let inputs = vec![
         Input::nullable(
             "control_plane_endpoint",
@@ -265,8 +259,8 @@ pub fn pool(
 mod tests {
     use super::*;
     use crate::capi::objects::{
-        Bootstrap, ClusterInitialization, ClusterSpec, ClusterStatus, MachinePoolSpec, MachineSpec,
-        NetworkRanges, Topology,
+        Bootstrap, ClusterCondition, ClusterInitialization, ClusterSpec, ClusterStatus,
+        MachinePoolSpec, MachineSpec, NetworkRanges, Topology,
     };
 
     fn endpoint(host: &str, port: i32) -> ApiEndpoint {
@@ -349,11 +343,24 @@ mod tests {
             }),
             ..Default::default()
         });
+        // Without a controlPlaneRef Cluster API sets only the condition.
+        c.status = Some(ClusterStatus {
+            conditions: Some(vec![ClusterCondition {
+                type_: "ControlPlaneInitialized".into(),
+                status: "True".into(),
+            }]),
+            ..Default::default()
+        });
+        assert_eq!(
+            value(&render(&c, false), "control_plane_initialized"),
+            &json!(true)
+        );
         c.status = Some(ClusterStatus {
             initialization: Some(ClusterInitialization {
                 control_plane_initialized: Some(true),
                 ..Default::default()
             }),
+            ..Default::default()
         });
         let inputs = render(&c, false);
         assert_eq!(

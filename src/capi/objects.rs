@@ -77,6 +77,38 @@ pub struct Topology {
 pub struct ClusterStatus {
     #[serde(default)]
     pub initialization: Option<ClusterInitialization>,
+    #[serde(default)]
+    pub conditions: Option<Vec<ClusterCondition>>,
+}
+
+/// A condition of a Cluster, as far as CAPTF reads it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterCondition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+}
+
+impl Cluster {
+    /// Cluster API's own test (its ControlPlaneInitialized predicate): the
+    /// condition, which it sets with or without a `controlPlaneRef`, or the
+    /// initialization field, which it sets only with one.
+    pub fn control_plane_initialized(&self) -> bool {
+        let Some(status) = &self.status else {
+            return false;
+        };
+        let field = status
+            .initialization
+            .as_ref()
+            .and_then(|i| i.control_plane_initialized)
+            == Some(true);
+        field
+            || status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "ControlPlaneInitialized" && c.status == "True")
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -250,6 +250,7 @@ mod tests {
                 infrastructure_provisioned: Some(provisioned),
                 ..Default::default()
             }),
+            ..Default::default()
         });
         let capi = Capi {
             owner: Some(Owned::Machine(m)),
