@@ -70,6 +70,8 @@ resource "terraform_data" "cluster" {
     object  = var.captf_object
     tags    = var.captf_tags
     network = "net-${var.captf_object.namespace}-${var.captf_object.name}"
+    # What arrived, for the tests to read from the state.
+    control_plane_initialized = var.control_plane_initialized
   }
 }
 

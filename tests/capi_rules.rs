@@ -1,16 +1,18 @@
-//! What CAPTF makes of outputs that do not fit the contract (ref §9.4),
-//! with the real Cluster API manager and real OpenTofu: a required output
-//! the module does not declare, and a provider ID other than the one the
-//! object already has.
+//! Rules of the contract with the real Cluster API manager and real
+//! OpenTofu: outputs that do not fit it (ref §9.4: a required output the
+//! module does not declare, a provider ID other than the one the object
+//! already has), and the cluster's `control_plane_initialized` input
+//! (§9.3) following Cluster API.
 
 mod capi_shared;
 use capi_shared::*;
 
 use captf::api::{TerraformCluster, TerraformClusterSpec, TerraformMachine, TerraformMachineSpec};
 use captf::names::Kind;
-use captf_testkit::capi::{self, CapiKind};
+use captf_testkit::capi::{self, CapiKind, MachineOptions};
 use captf_testkit::scenario::{JobsSeen, condition_message, labels, within};
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
 
 const UNDECLARED: &str = "captf.test/modules/capi-cluster-undeclared:dev";
@@ -108,4 +110,71 @@ async fn an_undeclared_output_is_missing_and_a_known_provider_id_is_kept() {
         !message.contains(&format!("{}/m", env.ns)),
         "no output value in {message:?}"
     );
+}
+
+/// Without a controlPlaneRef, Cluster API marks the control plane
+/// initialized (its condition only) once a control-plane Machine has a
+/// Node; the cluster is re-applied with the input true.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_learns_that_its_control_plane_is_initialized() {
+    let (env, capi) = world("capi-cp").await;
+    cluster(&env, "c", None, false).await;
+    within(&env, 240, "the cluster applied", || async {
+        env.cluster_status("c").await.filter(provisioned)
+    })
+    .await;
+    let input = resource_input(&env, Kind::Cluster, "c", "cluster").await;
+    assert_eq!(input["control_plane_initialized"], json!(false));
+
+    terraform_machine(&env, "cp", "c", None).await;
+    bootstrap(&env, "cp-boot", "c").await;
+    let options = MachineOptions {
+        version: Some("1.36.3"),
+        control_plane: true,
+        failure_domain: Some("fd-a"),
+    };
+    capi::create(
+        &env.client,
+        &env.ns,
+        capi::machine("cp", "c", "cp", "cp-boot", &options),
+    )
+    .await;
+    within(
+        &env,
+        240,
+        "the control-plane machine provisioned",
+        || async { env.machine_status("cp").await.filter(provisioned) },
+    )
+    .await;
+    workload_kubeconfig(&env, "c").await;
+    let node = format!("{}-cp", env.ns);
+    let provider_id = format!("captf-test://{}/cp", env.ns);
+    Api::<Node>::all(env.client.clone())
+        .create(&PostParams::default(), &capi::node(&node, &provider_id))
+        .await
+        .unwrap();
+    capi.within(
+        240,
+        "the cluster re-applied with its control plane initialized",
+        || async {
+            let input = resource_input(&env, Kind::Cluster, "c", "cluster").await;
+            (input["control_plane_initialized"] == json!(true)).then_some(())
+        },
+    )
+    .await;
+    // Cluster API said so through the condition alone.
+    assert_eq!(
+        field(
+            &env,
+            CapiKind::Cluster,
+            "c",
+            "/status/initialization/controlPlaneInitialized"
+        )
+        .await,
+        None
+    );
+    Api::<Node>::all(env.client.clone())
+        .delete(&node, &DeleteParams::default())
+        .await
+        .unwrap();
 }
