@@ -118,34 +118,7 @@ pub fn check(f: &Facts) -> Result<(), Cond> {
             format!("{owner_kind} {} is not found", reference.name),
         ));
     };
-    let (infra, owner_cluster) = owner.points_at();
-    let mismatch = |why: &str| {
-        waiting(
-            Status::False,
-            "OwnerMismatch",
-            format!("{owner_kind} {} {why}", reference.name),
-        )
-    };
-    if !names_object(infra, f.kind, f.name) {
-        return Err(mismatch(&format!(
-            "does not refer to this {} in its infrastructureRef",
-            f.kind.kind()
-        )));
-    }
-    if owner.uid() != Some(reference.uid.as_str()) {
-        return Err(mismatch("has another UID than the owner reference"));
-    }
-    // A Cluster owns a TerraformCluster without a label; where there is
-    // one, it must agree.
-    let label_ok = match (f.kind, f.cluster_label) {
-        (Kind::Cluster, None) => true,
-        (_, label) => label.is_some() && label == owner_cluster,
-    };
-    if !label_ok {
-        return Err(mismatch(
-            "is in another cluster than the object's cluster-name label",
-        ));
-    }
+    points_back(f.kind, f.name, f.cluster_label, reference, owner)?;
     if f.kind == Kind::Cluster {
         return Ok(());
     }
@@ -173,6 +146,49 @@ pub fn check(f: &Facts) -> Result<(), Cond> {
                 "TerraformCluster {} of Cluster {cluster_name} is not found",
                 infra.map(|r| r.name.as_str()).unwrap_or_default()
             ),
+        ));
+    }
+    Ok(())
+}
+
+/// The owner checks of OwnerMismatch (ref §3): `owner`, named by
+/// `reference`, refers to the object `kind`/`name` in its
+/// infrastructureRef, has the reference's UID, and is in the cluster of the
+/// object's cluster-name label.
+pub fn points_back(
+    kind: Kind,
+    name: &str,
+    cluster_label: Option<&str>,
+    reference: &OwnerReference,
+    owner: Owner<'_>,
+) -> Result<(), Cond> {
+    let owner_kind = owner_kind(kind);
+    let (infra, owner_cluster) = owner.points_at();
+    let mismatch = |why: &str| {
+        waiting(
+            Status::False,
+            "OwnerMismatch",
+            format!("{owner_kind} {} {why}", reference.name),
+        )
+    };
+    if !names_object(infra, kind, name) {
+        return Err(mismatch(&format!(
+            "does not refer to this {} in its infrastructureRef",
+            kind.kind()
+        )));
+    }
+    if owner.uid() != Some(reference.uid.as_str()) {
+        return Err(mismatch("has another UID than the owner reference"));
+    }
+    // A Cluster owns a TerraformCluster without a label; where there is
+    // one, it must agree.
+    let label_ok = match (kind, cluster_label) {
+        (Kind::Cluster, None) => true,
+        (_, label) => label.is_some() && label == owner_cluster,
+    };
+    if !label_ok {
+        return Err(mismatch(
+            "is in another cluster than the object's cluster-name label",
         ));
     }
     Ok(())

@@ -8,7 +8,7 @@
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation as AdmissionOperation};
 use serde_json::Value;
 use tracing::warn;
@@ -20,7 +20,10 @@ use crate::api::{
     IdentityReference, TerraformCluster, TerraformClusterIdentity, TerraformMachine,
     TerraformMachinePool,
 };
+use crate::capi::objects::{Cluster, Machine};
+use crate::capi::owners;
 use crate::keys::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE};
+use crate::names::Kind;
 use crate::server::webhook::AdmissionHandler;
 
 /// The validating and defaulting webhooks. Without a client, the rules that
@@ -355,7 +358,7 @@ impl Webhooks {
         let client = self.client("the Machine owner check")?;
         let namespace = machine.metadata.namespace.clone().unwrap_or_default();
         let name = machine.metadata.name.clone().unwrap_or_default();
-        let machines = capi_api(&client, &namespace, "Machine", "machines");
+        let machines: Api<Machine> = Api::namespaced(client.clone(), &namespace);
 
         if machine
             .metadata
@@ -368,12 +371,12 @@ impl Webhooks {
                 .as_ref()
                 .and_then(|l| l.get(CLUSTER_NAME_LABEL))
         {
-            let clusters = capi_api(&client, &namespace, "Cluster", "clusters");
+            let clusters: Api<Cluster> = Api::namespaced(client.clone(), &namespace);
             let paused = clusters
                 .get_opt(cluster)
                 .await
                 .map_err(|e| lookup_failed("metadata.annotations", &e))?
-                .is_some_and(|c| c.data.pointer("/spec/paused") == Some(&Value::Bool(true)));
+                .is_some_and(|c| c.spec.paused == Some(true));
             if paused {
                 return Ok(());
             }
@@ -386,7 +389,20 @@ impl Webhooks {
             else {
                 continue;
             };
-            if !passes_owner_checks(&owning, owner.uid.as_str(), &machine, &name) {
+            let label = machine
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(CLUSTER_NAME_LABEL))
+                .map(String::as_str);
+            let owner_ref = owners::points_back(
+                Kind::Machine,
+                &name,
+                label,
+                owner,
+                owners::Owner::Machine(&owning),
+            );
+            if owner_ref.is_err() {
                 continue;
             }
             if owning.metadata.deletion_timestamp.is_none() {
@@ -402,52 +418,6 @@ impl Webhooks {
         }
         Ok(())
     }
-}
-
-/// The owner checks of ref §3 OwnerMismatch: the Machine's infrastructureRef
-/// names this object, the ownerRef's UID is the Machine's, and the cluster
-/// names agree.
-fn passes_owner_checks(
-    owning: &DynamicObject,
-    owner_uid: &str,
-    machine: &TerraformMachine,
-    name: &str,
-) -> bool {
-    let infra = owning.data.pointer("/spec/infrastructureRef");
-    let field = |key: &str| infra.and_then(|r| r.get(key)).and_then(Value::as_str);
-    let group_ok = match (field("apiGroup"), field("apiVersion")) {
-        (Some(group), _) => group == crate::api::GROUP,
-        (None, Some(version)) => version.starts_with(&format!("{}/", crate::api::GROUP)),
-        (None, None) => false,
-    };
-    let cluster_label = machine
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(CLUSTER_NAME_LABEL));
-    let cluster_name = owning
-        .data
-        .pointer("/spec/clusterName")
-        .and_then(Value::as_str);
-    group_ok
-        && field("kind") == Some("TerraformMachine")
-        && field("name") == Some(name)
-        && owning.metadata.uid.as_deref() == Some(owner_uid)
-        && cluster_label.map(String::as_str) == cluster_name
-}
-
-fn capi_api(
-    client: &kube::Client,
-    namespace: &str,
-    kind: &str,
-    plural: &str,
-) -> Api<DynamicObject> {
-    let gvk = GroupVersionKind::gvk("cluster.x-k8s.io", "v1beta2", kind);
-    Api::namespaced_with(
-        client.clone(),
-        namespace,
-        &ApiResource::from_gvk_with_plural(&gvk, plural),
-    )
 }
 
 fn object_ref(kind: &str, meta: &kube::api::ObjectMeta) -> String {
