@@ -324,16 +324,20 @@ fn main() {
             std::process::exit(1);
         }
     };
-    println!(
-        "\n==> ready. In another terminal:\n\n    export KUBECONFIG={}\n    alias kubectl={}\n    kubectl get clusters,machines,terraformclusters,terraformmachines,jobs -A\n    kubectl explain terraformmachine.spec.jobs\n    curl -s http://127.0.0.1:{}/readyz\n\n    The manager's log: {}\n    Ctrl-C here stops the manager and the control plane.\n",
-        plane.kubeconfig().display(),
-        binary("kubectl").display(),
-        manager.health_port,
-        manager.log_path().display(),
-    );
-    runtime.block_on(async {
-        let _ = tokio::signal::ctrl_c().await;
-    });
+    // `--once`: the demo's test, which needs no terminal.
+    let once = std::env::args().any(|a| a == "--once");
+    if !once {
+        println!(
+            "\n==> ready. In another terminal:\n\n    export KUBECONFIG={}\n    alias kubectl={}\n    kubectl get clusters,machines,terraformclusters,terraformmachines,jobs -A\n    kubectl explain terraformmachine.spec.jobs\n    curl -s http://127.0.0.1:{}/readyz\n\n    The manager's log: {}\n    Ctrl-C here stops the manager and the control plane.\n",
+            plane.kubeconfig().display(),
+            binary("kubectl").display(),
+            manager.health_port,
+            manager.log_path().display(),
+        );
+        runtime.block_on(async {
+            let _ = tokio::signal::ctrl_c().await;
+        });
+    }
     println!("==> stopping the managers and the executor");
     drop(manager);
     drop(capi_manager);
