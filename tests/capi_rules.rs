@@ -10,7 +10,9 @@ use capi_shared::*;
 use captf::api::{TerraformCluster, TerraformClusterSpec, TerraformMachine, TerraformMachineSpec};
 use captf::names::Kind;
 use captf_testkit::capi::{self, CapiKind, MachineOptions};
-use captf_testkit::scenario::{JobsSeen, condition_message, labels, within};
+use std::io::Read;
+
+use captf_testkit::scenario::{JobsSeen, condition_message, gzip, labels, put_state, within};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -110,6 +112,66 @@ async fn an_undeclared_output_is_missing_and_a_known_provider_id_is_kept() {
         !message.contains(&format!("{}/m", env.ns)),
         "no output value in {message:?}"
     );
+
+    // A provisioned machine whose state later reports another provider ID
+    // (as a refresh of a replaced instance would) keeps the first one.
+    terraform_machine(&env, "n", "c", None).await;
+    machine(&env, "n", "c", "n", None).await;
+    let first = format!("captf-test://{}/n", env.ns);
+    capi.within(
+        240,
+        "the Machine with the machine's provider ID",
+        || async {
+            let id = field(&env, CapiKind::Machine, "n", "/spec/providerID").await?;
+            (id == json!(first)).then_some(())
+        },
+    )
+    .await;
+    let later = format!("captf-test://{}/n-replaced", env.ns);
+    rewrite_provider_id(&env, "n", &later).await;
+    let s = within(
+        &env,
+        120,
+        "ProviderIDChanged after provisioning",
+        || async {
+            let s = env.machine_status("n").await?;
+            (reason(&s, "OutputsValid") == Some(("False", "ProviderIDChanged"))).then_some(s)
+        },
+    )
+    .await;
+    assert!(provisioned(&s), "the latch holds");
+    let n = env.api::<TerraformMachine>().get("n").await.unwrap();
+    assert_eq!(n.spec.provider_id.as_deref(), Some(first.as_str()));
+    assert_eq!(
+        field(&env, CapiKind::Machine, "n", "/spec/providerID").await,
+        Some(json!(first))
+    );
+}
+
+/// Rewrites the `provider_id` output of the machine's state in place (a
+/// new serial; the Secret's annotations stay).
+async fn rewrite_provider_id(env: &captf_testkit::scenario::Env, name: &str, id: &str) {
+    let suffix = env.suffix(Kind::Machine, name);
+    let secret = env
+        .secrets()
+        .get(&captf::names::state_secret(&suffix))
+        .await
+        .unwrap();
+    let gz = &secret.data.unwrap()["tfstate"].0;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    let mut state: serde_json::Value = serde_json::from_str(&text).unwrap();
+    state["outputs"]["provider_id"]["value"] = json!(id);
+    state["serial"] = json!(state["serial"].as_u64().unwrap() + 1);
+    put_state(
+        env,
+        Kind::Machine,
+        name,
+        &gzip(state.to_string().as_bytes()),
+    )
+    .await;
 }
 
 /// Without a controlPlaneRef, Cluster API marks the control plane
