@@ -110,6 +110,9 @@ pub const BLOCK_MOVE: &str = "clusterctl.cluster.x-k8s.io/block-move";
 /// On a MachinePool: the autoscaler's bounds of its replicas.
 pub const AUTOSCALER_MIN_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
 pub const AUTOSCALER_MAX_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
+/// On a MachinePool: who manages its replicas instead of Cluster API
+/// (`captf` while CAPTF writes them back from the module).
+pub const REPLICAS_MANAGED_BY: &str = "cluster.x-k8s.io/replicas-managed-by";
 /// The template a machine or pool was cloned from.
 pub const CLONED_FROM_NAME: &str = "cluster.x-k8s.io/cloned-from-name";
 /// Makes clusterctl move carry state Secrets (backend labels).

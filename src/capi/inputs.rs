@@ -7,6 +7,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
+use super::autoscaling::Autoscaling;
 use super::objects::{Cluster, ClusterNetwork, Machine, MachinePool};
 use crate::api::ApiEndpoint;
 use crate::controllers::conditions::{self, Cond, Status};
@@ -200,15 +201,37 @@ pub fn machine(m: &Machine, bootstrap: &BootstrapData, exports: &Value) -> Vec<I
     inputs
 }
 
+/// What a pool's inputs take from the pool itself.
+pub struct PoolFacts {
+    pub autoscaling: Autoscaling,
+    /// The TerraformMachinePool's `status.replicas`: what the module last
+    /// reported.
+    pub observed_replicas: Option<i32>,
+}
+
 /// The pool role's inputs. `cluster_failure_domains`: the names of the
 /// cluster state's `failure_domains` output.
 pub fn pool(
     p: &MachinePool,
+    pool: &PoolFacts,
     bootstrap: &BootstrapData,
     exports: &Value,
     cluster_failure_domains: &[String],
 ) -> Vec<Input> {
     let template = &p.spec.template;
+    let replicas = Input::new(
+        "replicas",
+        "number",
+        pool.autoscaling
+            .replicas(p.spec.replicas, pool.observed_replicas)
+            .into(),
+    );
+    // An autoscaled count follows the instances the module reports; a
+    // change of it alone is no reason to apply (ref §9.2).
+    let replicas = match pool.autoscaling.on() {
+        true => replicas.unhashed(),
+        false => replicas,
+    };
     let mut inputs = vec![
         captf_cluster_outputs(exports),
         Input::new(
@@ -216,11 +239,7 @@ pub fn pool(
             "string",
             p.metadata.name.clone().unwrap_or_default().into(),
         ),
-        Input::new(
-            "replicas",
-            "number",
-            p.spec.replicas.unwrap_or(1).max(0).into(),
-        ),
+        replicas,
         Input::new(
             "failure_domains",
             "list(string)",
@@ -243,12 +262,10 @@ pub fn pool(
                     .unwrap_or_default()
             ),
         ),
-        // Autoscaling (ref §8.8) comes with its write-back; until then the
-        // pool renders it off (AutoscalingActive says so).
         Input::new(
             "autoscaling",
             "object({enabled=bool,min=number,max=number})",
-            json!({ "enabled": false, "min": 0, "max": 0 }),
+            pool.autoscaling.input(),
         ),
     ];
     inputs.extend(bootstrap_inputs(bootstrap));
@@ -454,8 +471,12 @@ mod tests {
             &json!(true)
         );
 
-        let p = MachinePool::new("p", MachinePoolSpec::default());
-        let inputs = pool(&p, &b, &exports, &["fd-a".into()]);
+        let mut p = MachinePool::new("p", MachinePoolSpec::default());
+        let off = PoolFacts {
+            autoscaling: Autoscaling::Off,
+            observed_replicas: Some(4),
+        };
+        let inputs = pool(&p, &off, &b, &exports, &["fd-a".into()]);
         let mut names: Vec<_> = inputs.iter().map(|i| i.name).collect();
         names.sort_unstable();
         let mut want = crate::names::Kind::MachinePool.inputs().to_vec();
@@ -466,5 +487,20 @@ mod tests {
         assert_eq!(value(&inputs, "failure_domains"), &json!([]));
         assert_eq!(value(&inputs, "cluster_failure_domains"), &json!(["fd-a"]));
         assert_eq!(value(&inputs, "node_labels"), &json!({}));
+        let replicas = |inputs: &[Input]| inputs.iter().find(|i| i.name == "replicas").cloned();
+        assert!(!replicas(&inputs).unwrap().unhashed);
+        // Autoscaled: the module's count within the bounds, not hashed.
+        p.spec.replicas = Some(2);
+        let on = PoolFacts {
+            autoscaling: Autoscaling::On { min: 1, max: 3 },
+            observed_replicas: Some(4),
+        };
+        let inputs = pool(&p, &on, &b, &exports, &[]);
+        let r = replicas(&inputs).unwrap();
+        assert_eq!((r.value, r.unhashed), (json!(3), true));
+        assert_eq!(
+            value(&inputs, "autoscaling"),
+            &json!({"enabled": true, "min": 1, "max": 3})
+        );
     }
 }

@@ -165,7 +165,7 @@ pub struct MachinePoolSpec {
     #[serde(default)]
     pub cluster_name: String,
     #[serde(default)]
-    pub replicas: Option<i64>,
+    pub replicas: Option<i32>,
     #[serde(default)]
     pub failure_domains: Option<Vec<String>>,
     #[serde(default)]
@@ -200,5 +200,5 @@ pub struct MachineTemplateSpec {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MachinePoolStatus {
     #[serde(default)]
-    pub replicas: Option<i64>,
+    pub replicas: Option<i32>,
 }

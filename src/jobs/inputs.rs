@@ -179,7 +179,11 @@ pub fn render(req: &InputsRequest) -> Result<RenderedInputs, InputsError> {
         "contract": CONTRACT_VERSION,
         "role": role.role(),
         "image": req.image,
-        "inputs": inputs.into_iter().map(|i| (i.name.to_owned(), i.value)).collect::<Map<_, _>>(),
+        "inputs": inputs
+            .into_iter()
+            .filter(|i| !i.unhashed)
+            .map(|i| (i.name.to_owned(), i.value))
+            .collect::<Map<_, _>>(),
     });
     if !variables.is_empty() {
         hashed["variables"] = Value::Object(variables.clone().into_iter().collect());
@@ -204,6 +208,8 @@ pub struct Input {
     pub nullable: bool,
     /// Declared sensitive (the bootstrap data).
     pub sensitive: bool,
+    /// Left out of the inputs hash (a pool's replicas under autoscaling).
+    pub unhashed: bool,
 }
 
 impl Input {
@@ -214,6 +220,15 @@ impl Input {
             value,
             nullable: false,
             sensitive: false,
+            unhashed: false,
+        }
+    }
+
+    /// This input, left out of the inputs hash.
+    pub fn unhashed(self) -> Input {
+        Input {
+            unhashed: true,
+            ..self
         }
     }
 
@@ -536,6 +551,34 @@ mod tests {
             .map(|b| format!("{b:02x}"))
             .collect();
         assert_eq!(render(&req).unwrap().inputs_hash, format!("h2:{hex}"));
+    }
+
+    #[test]
+    fn an_unhashed_input_is_rendered_and_not_hashed() {
+        let count = |n: i32| [Input::new("replicas", "number", n.into()).unhashed()];
+        let (two, five) = (count(2), count(5));
+        let a = render(&InputsRequest {
+            kind: Kind::MachinePool,
+            role: &two,
+            ..machine(None)
+        })
+        .unwrap();
+        let b = render(&InputsRequest {
+            kind: Kind::MachinePool,
+            role: &five,
+            ..machine(None)
+        })
+        .unwrap();
+        assert_eq!(a.inputs_hash, b.inputs_hash);
+        assert_eq!(parse(&b.tfvars_json)["replicas"], json!(5));
+        let hashed = [Input::new("replicas", "number", 5.into())];
+        let c = render(&InputsRequest {
+            kind: Kind::MachinePool,
+            role: &hashed,
+            ..machine(None)
+        })
+        .unwrap();
+        assert_ne!(a.inputs_hash, c.inputs_hash);
     }
 
     #[test]

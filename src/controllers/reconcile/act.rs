@@ -23,6 +23,8 @@ use super::launch::{self, Launched};
 use super::plan::{Count, Note, Plan, Requeue, Write};
 use super::record::record;
 use super::{Object, finish};
+use crate::capi::autoscaling::{self, WriteBack};
+use crate::capi::objects::MachinePool;
 use crate::controllers::conditions::{CREDENTIALS_MIRRORED, Cond, Status};
 use crate::controllers::credentials;
 use crate::controllers::deletion::Why;
@@ -30,7 +32,10 @@ use crate::controllers::workload::Workload;
 use crate::controllers::{Context, Error, MANAGER};
 use crate::jobs::durable;
 use crate::jobs::leases;
-use crate::keys::{BOOKKEPT, INPUTS_HASH, PROTECTED_LABEL, PROTECTION, RESTORE_STATE, finalizer};
+use crate::keys::{
+    BOOKKEPT, INPUTS_HASH, PROTECTED_LABEL, PROTECTION, REPLICAS_MANAGED_BY, RESTORE_STATE,
+    finalizer,
+};
 use crate::metrics::BackupResult;
 use crate::names::{self, Kind};
 use crate::protection;
@@ -255,6 +260,9 @@ async fn perform<K: Workload>(
                 .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(Error::Kube)?;
+        }
+        Write::MachinePoolReplicas { pool, write_back } => {
+            write_machine_pool(ctx, obj, o, &pool, &write_back).await?;
         }
         Write::Unannotate { key } => {
             let patch = json!({"metadata": {"annotations": {key: null}}});
@@ -489,5 +497,36 @@ async fn apply_status<K: Workload>(ctx: &Context, o: &Object, plan: &Plan) -> Re
         )
         .await
         .map_err(Error::Kube)?;
+    Ok(())
+}
+
+/// Claims or releases a MachinePool's replicas and writes the module's
+/// count back to it, in one merge patch.
+async fn write_machine_pool<K: Workload>(
+    ctx: &Context,
+    obj: &K,
+    o: &Object,
+    pool: &str,
+    w: &WriteBack,
+) -> Result<(), Error> {
+    let mut patch = json!({});
+    if w.claim {
+        patch["metadata"] = json!({"annotations": {REPLICAS_MANAGED_BY: autoscaling::CLAIM}});
+    }
+    if w.release {
+        patch["metadata"] = json!({"annotations": {REPLICAS_MANAGED_BY: null}});
+    }
+    if let Some((_, to)) = w.replicas {
+        patch["spec"] = json!({"replicas": to});
+    }
+    Api::<MachinePool>::namespaced(ctx.client.clone(), &o.namespace)
+        .patch(pool, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(Error::Kube)?;
+    if let Some((from, to)) = w.replicas {
+        let from = from.map_or_else(|| "unset".to_string(), |n| n.to_string());
+        let note = format!("MachinePool {pool} spec.replicas {from} → {to}");
+        record(ctx, obj, o, &Note::normal("ReplicasWrittenBack", note)).await;
+    }
     Ok(())
 }

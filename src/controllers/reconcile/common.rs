@@ -95,8 +95,11 @@ pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
             .and_then(|c| c.spec.defaults.as_ref())
             .and_then(|d| d.jobs.as_ref()),
     );
-    let rendered = render(obj, o, rest, durable.as_ref(), plan);
     let paused = paused(obj, rest, plan);
+    // Nothing is written to a MachinePool while paused (a move may be under
+    // way) or while the pool is deleting (its owner may be going too).
+    let write_owner = !paused && !p.deleting;
+    let rendered = render(obj, o, rest, durable.as_ref(), write_owner, plan);
     Common {
         paused,
         credentials,
@@ -249,6 +252,7 @@ fn render<K: Workload>(
     o: &Object,
     rest: &Rest,
     durable: Option<&Recorded>,
+    write_owner: bool,
     plan: &mut Plan,
 ) -> Result<RenderedInputs, Unrendered> {
     let ready = || {
@@ -263,7 +267,13 @@ fn render<K: Workload>(
         plan.draft.set(ready());
         return Ok(d.inputs.clone());
     }
-    let role = match dependencies::role(obj, &rest.capi, durable) {
+    // What the outputs of the state read in this pass say.
+    let observed_replicas = plan
+        .kind_status
+        .get("replicas")
+        .and_then(serde_json::Value::as_i64)
+        .and_then(|n| i32::try_from(n).ok());
+    let role = match dependencies::role(obj, &rest.capi, durable, observed_replicas) {
         Ok(role) => role,
         Err(cond) => {
             plan.draft.set(cond);
@@ -272,6 +282,10 @@ fn render<K: Workload>(
     };
     if let Some(cond) = role.autoscaling.clone() {
         plan.draft.set(cond);
+    }
+    if let Some((pool, write_back)) = role.write_back.filter(|_| write_owner) {
+        plan.writes
+            .push(Write::MachinePoolReplicas { pool, write_back });
     }
     if let Some(source) = role.record_endpoint_source {
         plan.writes.push(Write::Annotate {

@@ -5,13 +5,16 @@
 use serde_json::Value;
 
 use super::owners::{Capi, externally_managed};
+use crate::capi::autoscaling::{self, WriteBack};
+use crate::capi::inputs::PoolFacts;
 use crate::capi::inputs::{self, ClusterFacts, EndpointSource};
+use crate::capi::objects::MachinePool;
 use crate::capi::owners::{self, Facts};
 use crate::controllers::conditions::{self, Cond, Status};
 use crate::controllers::workload::Workload;
 use crate::jobs::durable::Recorded;
 use crate::jobs::inputs::Input;
-use crate::keys::{AUTOSCALER_MAX_SIZE, AUTOSCALER_MIN_SIZE, ENDPOINT_SOURCE};
+use crate::keys::{ENDPOINT_SOURCE, REPLICAS_MANAGED_BY};
 use crate::names::Kind;
 use crate::outputs::decode::{self, Outputs};
 use crate::state::Output;
@@ -22,11 +25,19 @@ pub struct Role {
     pub record_endpoint_source: Option<EndpointSource>,
     /// A pool's AutoscalingActive.
     pub autoscaling: Option<Cond>,
+    /// What a pool writes back to its MachinePool (by name), when anything.
+    pub write_back: Option<(String, WriteBack)>,
 }
 
 /// The role inputs of `obj`, or the DependenciesReady that keeps a Job from
 /// starting.
-pub fn role<K: Workload>(obj: &K, capi: &Capi, durable: Option<&Recorded>) -> Result<Role, Cond> {
+/// `observed_replicas`: a pool's replicas as its state's outputs report.
+pub fn role<K: Workload>(
+    obj: &K,
+    capi: &Capi,
+    durable: Option<&Recorded>,
+    observed_replicas: Option<i32>,
+) -> Result<Role, Cond> {
     let name = obj.meta().name.as_deref().unwrap_or_default();
     owners::check(&Facts {
         kind: K::KIND,
@@ -58,6 +69,7 @@ pub fn role<K: Workload>(obj: &K, capi: &Capi, durable: Option<&Recorded>) -> Re
             inputs,
             record_endpoint_source: record,
             autoscaling: None,
+            write_back: None,
         });
     }
     let provisioned = cluster
@@ -85,6 +97,7 @@ pub fn role<K: Workload>(obj: &K, capi: &Capi, durable: Option<&Recorded>) -> Re
         true => Value::Object(Default::default()),
         false => exports(capi.cluster_outputs.as_ref())?,
     };
+    let mut pool_role = None;
     let inputs = match (capi.machine(), capi.pool()) {
         (Some(m), _) => {
             let b = m.spec.bootstrap.as_ref();
@@ -101,36 +114,43 @@ pub fn role<K: Workload>(obj: &K, capi: &Capi, durable: Option<&Recorded>) -> Re
                 capi.bootstrap.as_ref(),
             )?;
             let domains = cluster_failure_domains(capi, external);
-            inputs::pool(p, &bootstrap, &exports, &domains)
+            let facts = PoolFacts {
+                autoscaling: autoscaling::read(p.metadata.annotations.as_ref()),
+                observed_replicas,
+            };
+            let inputs = inputs::pool(p, &facts, &bootstrap, &exports, &domains);
+            pool_role = Some(pool_autoscaling(p, &facts));
+            inputs
         }
         // check() found the owner of the kind.
         _ => return Err(waiting("OwnerNotFound", "the owner is not found".into())),
     };
+    let (autoscaling, write_back) = pool_role.unzip();
     Ok(Role {
         inputs,
         record_endpoint_source: None,
-        autoscaling: capi.pool().map(autoscaling),
+        autoscaling,
+        write_back: write_back.flatten(),
     })
 }
 
-/// Autoscaling comes with its write-back (ref §8.8), not yet: a pool that
-/// asks for it is told so, and renders it off.
-fn autoscaling(p: &crate::capi::objects::MachinePool) -> Cond {
-    let asked = p.metadata.annotations.as_ref().is_some_and(|a| {
-        a.contains_key(AUTOSCALER_MIN_SIZE) || a.contains_key(AUTOSCALER_MAX_SIZE)
-    });
-    let message = match asked {
-        true => {
-            "the autoscaler annotations are not supported by this version of CAPTF yet: replicas follow spec.replicas"
-        }
-        false => "",
-    };
-    Cond::new(
-        conditions::AUTOSCALING_ACTIVE,
-        Status::False,
-        "AutoscalingDisabled",
-        message,
-    )
+/// A pool's AutoscalingActive and its write-back to the MachinePool.
+fn pool_autoscaling(p: &MachinePool, f: &PoolFacts) -> (Cond, Option<(String, WriteBack)>) {
+    let managed_by = p
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(REPLICAS_MANAGED_BY))
+        .map(String::as_str);
+    let cond = autoscaling::condition(&f.autoscaling, managed_by);
+    let write_back = autoscaling::write_back(
+        &f.autoscaling,
+        managed_by,
+        p.spec.replicas,
+        f.observed_replicas,
+    );
+    let name = p.metadata.name.clone().unwrap_or_default();
+    (cond, (!write_back.is_empty()).then_some((name, write_back)))
 }
 
 fn waiting(reason: &'static str, message: String) -> Cond {
@@ -279,23 +299,26 @@ mod tests {
     #[test]
     fn a_machine_waits_for_its_clusters_infrastructure_exports_and_bootstrap_data() {
         let (tm, capi) = world(true);
-        assert_eq!(reason(role(&tm, &capi, None)), Ok(json!({"vpc": "v-1"})));
+        assert_eq!(
+            reason(role(&tm, &capi, None, None)),
+            Ok(json!({"vpc": "v-1"}))
+        );
 
         let (tm, capi) = world(false);
         assert_eq!(
-            reason(role(&tm, &capi, None)),
+            reason(role(&tm, &capi, None, None)),
             Err("WaitingForClusterInfrastructure")
         );
 
         let (tm, mut capi) = world(true);
         capi.cluster_outputs = None;
         assert_eq!(
-            reason(role(&tm, &capi, None)),
+            reason(role(&tm, &capi, None, None)),
             Err("WaitingForClusterExports")
         );
         capi.cluster_outputs = Some(BTreeMap::new());
         assert_eq!(
-            reason(role(&tm, &capi, None)),
+            reason(role(&tm, &capi, None, None)),
             Err("WaitingForClusterExports")
         );
         capi.cluster_outputs = Some(BTreeMap::from([(
@@ -303,14 +326,14 @@ mod tests {
             Output::sensitive_json(r#"{"ratio":0.5}"#),
         )]));
         assert_eq!(
-            reason(role(&tm, &capi, None)),
+            reason(role(&tm, &capi, None, None)),
             Err("WaitingForClusterExports")
         );
         capi.cluster_outputs = Some(BTreeMap::from([(
             "exports".into(),
             Output::sensitive_json("null"),
         )]));
-        assert_eq!(reason(role(&tm, &capi, None)), Ok(json!({})));
+        assert_eq!(reason(role(&tm, &capi, None, None)), Ok(json!({})));
         // An externally managed cluster has no state of CAPTF's: `{}`.
         capi.cluster_outputs = None;
         capi.terraform_cluster
@@ -318,12 +341,12 @@ mod tests {
             .unwrap()
             .metadata
             .annotations = Some(BTreeMap::from([(MANAGED_BY.into(), "x".into())]));
-        assert_eq!(reason(role(&tm, &capi, None)), Ok(json!({})));
+        assert_eq!(reason(role(&tm, &capi, None, None)), Ok(json!({})));
 
         let (tm, mut capi) = world(true);
         capi.bootstrap = None;
         assert_eq!(
-            reason(role(&tm, &capi, None)),
+            reason(role(&tm, &capi, None, None)),
             Err("WaitingForBootstrapData")
         );
     }

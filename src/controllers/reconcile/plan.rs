@@ -188,6 +188,11 @@ pub enum Write {
     Unannotate {
         key: &'static str,
     },
+    /// A pool's autoscaling write-back to its MachinePool (ref §8.8).
+    MachinePoolReplicas {
+        pool: String,
+        write_back: crate::capi::autoscaling::WriteBack,
+    },
     /// The restore of this serial succeeded: the request annotation goes.
     RemoveRestoreRequest {
         serial: String,

@@ -77,11 +77,19 @@ variable "autoscaling" {
   })
 }
 
+# Test switch: the count a cloud's autoscaler scaled the group to. It
+# counts only while autoscaling is on, when a real module ignores changes
+# of the desired count (§9.5).
+variable "cloud_scaled_to" {
+  type    = number
+  default = null
+}
+
 resource "terraform_data" "pool" {
   input = {
     object   = var.captf_object
     tags     = var.captf_tags
-    replicas = var.replicas
+    replicas = var.autoscaling.enabled && var.cloud_scaled_to != null ? var.cloud_scaled_to : var.replicas
   }
 }
 

@@ -1,0 +1,123 @@
+//! A TerraformMachinePool's autoscaling (ref §8.8) with the real Cluster
+//! API manager and real OpenTofu: the MachinePool's autoscaler annotations
+//! turn it on, CAPTF claims the replicas and writes back the count the
+//! module reports, without applying again for it; without the annotations
+//! the claim goes, and bad ones are reported while the pool still applies.
+
+mod capi_shared;
+use capi_shared::*;
+
+use captf::api::{TerraformMachinePool, TerraformMachinePoolSpec};
+use captf::names::Kind;
+use captf_testkit::capi::{self, CapiKind};
+use captf_testkit::scenario::{JobsSeen, labels, vars, within};
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const MIN: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
+const MAX: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
+const MANAGED_BY: &str = "cluster.x-k8s.io/replicas-managed-by";
+
+async fn annotate(env: &captf_testkit::scenario::Env, annotations: serde_json::Value) {
+    capi::api(&env.client, &env.ns, CapiKind::MachinePool)
+        .patch(
+            "mp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": annotations}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// The MachinePool's `replicas-managed-by`, if set.
+async fn claim(env: &captf_testkit::scenario::Env) -> Option<String> {
+    let mp = capi::api(&env.client, &env.ns, CapiKind::MachinePool)
+        .get_opt("mp")
+        .await
+        .ok()??;
+    mp.metadata.annotations?.get(MANAGED_BY).cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_autoscaled_pool_writes_its_replicas_back() {
+    let (env, capi) = world("capi-as").await;
+    let jobs = JobsSeen::watch(&env);
+    cluster(&env, "c", None, false).await;
+    workload_kubeconfig(&env, "c").await;
+    // The cloud's autoscaler holds the group at 4.
+    let mut pool = TerraformMachinePool::new(
+        "tp",
+        TerraformMachinePoolSpec {
+            workspace: workspace(&env, POOL, vars(&[("cloud_scaled_to", json!(4))])),
+            ..Default::default()
+        },
+    );
+    pool.metadata.labels = labels("c");
+    env.api::<TerraformMachinePool>()
+        .create(&PostParams::default(), &pool)
+        .await
+        .unwrap();
+    bootstrap(&env, "mp-boot", "c").await;
+    let mut mp = capi::machine_pool("mp", "c", 2, "tp", "mp-boot", Some("1.36.3"));
+    mp["metadata"]["annotations"] = json!({ MIN: "1", MAX: "5" });
+    capi::create(&env.client, &env.ns, mp).await;
+
+    capi.within(300, "the module's count written back", || async {
+        let replicas = field(&env, CapiKind::MachinePool, "mp", "/spec/replicas").await?;
+        let claim = claim(&env).await?;
+        let status = field(&env, CapiKind::MachinePool, "mp", "/status/replicas").await?;
+        (replicas == json!(4) && claim == "captf" && status == json!(4)).then_some(())
+    })
+    .await;
+    let s = env.status::<TerraformMachinePool>("tp").await.unwrap();
+    assert_eq!(
+        reason(&s, "AutoscalingActive"),
+        Some(("True", "ReplicasManagedByModule"))
+    );
+    let events = env
+        .events_about("ReplicasWrittenBack", Kind::MachinePool, "tp")
+        .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        events[0].note.as_deref(),
+        Some("MachinePool mp spec.replicas 2 → 4")
+    );
+    // The count the module reports is not a reason to apply again.
+    env.more_passes(Kind::MachinePool, "tp", 3).await;
+    assert_eq!(jobs.named("captf-mp-tp-apply").len(), 1, "one apply");
+
+    // Without the annotations: CAPTF withdraws its claim, and the pool
+    // applies the MachinePool's count.
+    annotate(&env, json!({ MIN: null, MAX: null })).await;
+    within(
+        &env,
+        240,
+        "autoscaling off, the claim withdrawn",
+        || async {
+            let s = env.status::<TerraformMachinePool>("tp").await?;
+            let claim = claim(&env).await;
+            (reason(&s, "AutoscalingActive") == Some(("False", "AutoscalingDisabled"))
+                && claim.is_none())
+            .then_some(())
+        },
+    )
+    .await;
+
+    // A pair that is no pair: reported, and the pool still applies.
+    annotate(&env, json!({ MIN: "5", MAX: "2" })).await;
+    let s = within(&env, 120, "AutoscalingAnnotationsInvalid", || async {
+        let s = env.status::<TerraformMachinePool>("tp").await?;
+        (reason(&s, "AutoscalingActive") == Some(("False", "AutoscalingAnnotationsInvalid")))
+            .then_some(s)
+    })
+    .await;
+    assert_eq!(
+        reason(&s, "ApplyJobSucceeded"),
+        Some(("True", "ApplySucceeded"))
+    );
+    assert_eq!(
+        field(&env, CapiKind::MachinePool, "mp", "/spec/replicas").await,
+        Some(json!(4)),
+        "no write-back while autoscaling is off"
+    );
+}
