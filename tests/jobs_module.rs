@@ -15,6 +15,7 @@ use captf::jobs::leases::{self, Acquired, LeaseRequest};
 use captf::jobs::policy;
 use captf::jobs::rbac::{self, RbacError, RbacRefusal};
 use captf::names::{self, Kind, Op};
+use captf::role::DECLARED_OUTPUTS;
 use captf_testkit::{controlplane, eventually, namespace, run_ok, tofu};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -682,16 +683,18 @@ async fn the_rendered_root_applies_against_the_noop_module() {
             .iter()
             .copied()
             .filter(|o| !(kind == Kind::Machine && *o == "failure_domain"))
+            .chain([DECLARED_OUTPUTS])
             .collect();
         want.sort_unstable();
         assert_eq!(got, want, "{kind:?}");
-        assert!(
-            outputs
-                .as_object()
-                .unwrap()
-                .values()
-                .all(|o| o["sensitive"] == true)
-        );
+        // The noop modules declare every output of their role, a null one
+        // too.
+        let declared = &outputs[DECLARED_OUTPUTS]["value"];
+        assert_eq!(declared, &json!(kind.outputs()), "{kind:?}");
+        // Every role output is sensitive; the list of names is not.
+        for (name, o) in outputs.as_object().unwrap() {
+            assert_eq!(o["sensitive"], name != DECLARED_OUTPUTS, "{name}");
+        }
         // The module saw the inputs: its object name and the user variable.
         let provider_id = &outputs["provider_id"]["value"];
         if kind != Kind::Cluster {
