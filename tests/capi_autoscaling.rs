@@ -7,11 +7,11 @@
 mod capi_shared;
 use capi_shared::*;
 
-use captf::api::{TerraformMachinePool, TerraformMachinePoolSpec};
+use captf::api::TerraformMachinePool;
 use captf::names::Kind;
 use captf_testkit::capi::{self, CapiKind};
-use captf_testkit::scenario::{JobsSeen, labels, vars, within};
-use kube::api::{Patch, PatchParams, PostParams};
+use captf_testkit::scenario::{JobsSeen, vars, within};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
 const MIN: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
@@ -45,18 +45,7 @@ async fn an_autoscaled_pool_writes_its_replicas_back() {
     cluster(&env, "c", None, false).await;
     workload_kubeconfig(&env, "c").await;
     // The cloud's autoscaler holds the group at 4.
-    let mut pool = TerraformMachinePool::new(
-        "tp",
-        TerraformMachinePoolSpec {
-            workspace: workspace(&env, POOL, vars(&[("cloud_scaled_to", json!(4))])),
-            ..Default::default()
-        },
-    );
-    pool.metadata.labels = labels("c");
-    env.api::<TerraformMachinePool>()
-        .create(&PostParams::default(), &pool)
-        .await
-        .unwrap();
+    terraform_machine_pool(&env, "tp", "c", vars(&[("cloud_scaled_to", json!(4))])).await;
     bootstrap(&env, "mp-boot", "c").await;
     let mut mp = capi::machine_pool("mp", "c", 2, "tp", "mp-boot", Some("1.36.3"));
     mp["metadata"]["annotations"] = json!({ MIN: "1", MAX: "5" });

@@ -10,7 +10,7 @@ use capi_shared::*;
 
 use captf::api::{
     TerraformCluster, TerraformClusterSpec, TerraformMachine, TerraformMachinePool,
-    TerraformMachinePoolSpec, TerraformMachineSpec,
+    TerraformMachineSpec,
 };
 use captf::names::Kind;
 use captf_testkit::capi::{self, CapiKind};
@@ -132,18 +132,7 @@ async fn a_machine_pool_follows_its_replicas() {
     let (env, capi) = world("capi-mp").await;
     cluster(&env, "c", None, false).await;
     workload_kubeconfig(&env, "c").await;
-    let mut pool = TerraformMachinePool::new(
-        "tp",
-        TerraformMachinePoolSpec {
-            workspace: workspace(&env, POOL, None),
-            ..Default::default()
-        },
-    );
-    pool.metadata.labels = labels("c");
-    env.api::<TerraformMachinePool>()
-        .create(&PostParams::default(), &pool)
-        .await
-        .unwrap();
+    terraform_machine_pool(&env, "tp", "c", None).await;
     bootstrap(&env, "mp-boot", "c").await;
     let mp = capi::machine_pool("mp", "c", 2, "tp", "mp-boot", Some("1.36.3"));
     capi::create(&env.client, &env.ns, mp).await;

@@ -8,7 +8,8 @@ use std::io::Read;
 
 use captf::api::{
     IdentityReference, Source, TerraformCluster, TerraformClusterSpec, TerraformMachine,
-    TerraformMachineSpec, Variables, WorkspaceSpec, WorkspaceStatus,
+    TerraformMachinePool, TerraformMachinePoolSpec, TerraformMachineSpec, Variables, WorkspaceSpec,
+    WorkspaceStatus,
 };
 use captf::names::{self, Kind};
 use captf_testkit::capi::{self, CapiKind, CapiManager, MachineOptions};
@@ -101,6 +102,27 @@ pub async fn terraform_machine(env: &Env, name: &str, cluster: &str, variables: 
     m.metadata.labels = labels(cluster);
     env.api::<TerraformMachine>()
         .create(&PostParams::default(), &m)
+        .await
+        .unwrap();
+}
+
+/// A TerraformMachinePool `name` of the capi-pool module in `cluster`.
+pub async fn terraform_machine_pool(
+    env: &Env,
+    name: &str,
+    cluster: &str,
+    variables: Option<Variables>,
+) {
+    let mut p = TerraformMachinePool::new(
+        name,
+        TerraformMachinePoolSpec {
+            workspace: workspace(env, POOL, variables),
+            ..Default::default()
+        },
+    );
+    p.metadata.labels = labels(cluster);
+    env.api::<TerraformMachinePool>()
+        .create(&PostParams::default(), &p)
         .await
         .unwrap();
 }
