@@ -99,6 +99,27 @@ async fn a_cluster_and_its_machine_are_applied_and_their_state_adopted() {
             None
         );
     }
+    // Each condition's change is an event series of its own, so each note
+    // shows (one series would show only the first note, counted).
+    within(&env, 30, "a ConditionChanged event per change", || async {
+        let events = env
+            .events_about("ConditionChanged", Kind::Cluster, "c1")
+            .await;
+        let shown = |prefix: &str| {
+            events
+                .iter()
+                .any(|e| e.note.as_deref().is_some_and(|n| n.starts_with(prefix)))
+        };
+        [
+            "IdentityAllowed: ",
+            "StateReadable: ",
+            "ApplyJobSucceeded: ",
+        ]
+        .into_iter()
+        .all(shown)
+        .then_some(())
+    })
+    .await;
     // Adopted: every state Secret is owned by the object (not as its
     // controller), which the finalizer keeps until the destroy ran.
     let cluster = env.api::<TerraformCluster>().get("c1").await.unwrap();

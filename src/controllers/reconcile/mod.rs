@@ -294,9 +294,57 @@ fn condition_note(t: &Transition) -> Option<Note> {
         Some((status, reason)) => format!("{}/{reason}", status.as_str()),
         None => "unset".to_string(),
     };
-    let note = format!("{}: {from} -> {}/{}", t.type_, t.to.as_str(), t.reason);
-    Some(match t.to {
+    let to = format!("{}/{}", t.to.as_str(), t.reason);
+    let note = format!("{}: {from} -> {to}", t.type_);
+    let note = match t.to {
         Status::False => Note::warning("ConditionChanged", note),
         _ => Note::normal("ConditionChanged", note),
-    })
+    };
+    // One series per condition and state it changed to, so that a
+    // describe shows each change rather than the first one counted.
+    Some(note.action(format!("{}={to}", t.type_)))
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::events::EventType;
+
+    use super::*;
+
+    #[test]
+    fn each_condition_change_is_its_own_series() {
+        let t = |type_, from: Option<(Status, &str)>, to, reason| Transition {
+            type_,
+            from: from.map(|(s, r)| (s, r.to_string())),
+            to,
+            reason,
+        };
+        // (transition, note, action, a warning)
+        for (tr, note, action, warning) in [
+            (
+                t("IdentityAllowed", None, Status::True, "IdentityAllowed"),
+                "IdentityAllowed: unset -> True/IdentityAllowed",
+                "IdentityAllowed=True/IdentityAllowed",
+                false,
+            ),
+            (
+                t(
+                    "StateReadable",
+                    Some((Status::True, "StateRead")),
+                    Status::False,
+                    "StateCorrupt",
+                ),
+                "StateReadable: True/StateRead -> False/StateCorrupt",
+                "StateReadable=False/StateCorrupt",
+                true,
+            ),
+        ] {
+            let n = condition_note(&tr).unwrap();
+            assert_eq!(n.reason, "ConditionChanged");
+            assert_eq!(n.note, note);
+            assert_eq!(n.action.as_deref(), Some(action));
+            assert_eq!(n.type_ == EventType::Warning, warning);
+        }
+        assert!(condition_note(&t(conditions::READY, None, Status::True, "Ready")).is_none());
+    }
 }

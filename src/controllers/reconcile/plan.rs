@@ -68,6 +68,10 @@ pub struct Note {
     pub reason: &'static str,
     pub note: String,
     pub related: Option<ObjectReference>,
+    /// The event's action, when it is not the reason. Events of the same
+    /// reason and action form one series that shows only its first note,
+    /// so notes that say different things need different actions.
+    pub action: Option<String>,
 }
 
 impl Note {
@@ -77,6 +81,7 @@ impl Note {
             reason,
             note: note.into(),
             related: None,
+            action: None,
         }
     }
 
@@ -84,6 +89,14 @@ impl Note {
         Note {
             type_: EventType::Warning,
             ..Note::normal(reason, note)
+        }
+    }
+
+    /// This note with its own action (see [`Note::action`]).
+    pub fn action(self, action: String) -> Note {
+        Note {
+            action: Some(action),
+            ..self
         }
     }
 

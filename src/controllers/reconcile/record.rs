@@ -20,7 +20,7 @@ pub async fn record<K: Workload>(ctx: &Context, obj: &K, o: &Object, note: &Note
         type_: note.type_,
         reason: note.reason.into(),
         note: Some(note.note.clone()),
-        action: note.reason.into(),
+        action: note.action.clone().unwrap_or_else(|| note.reason.into()),
         secondary: note.related.clone(),
     };
     if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
