@@ -27,6 +27,8 @@ pub struct Finished {
     /// Whether the failure counts towards backoff (an interruption does not).
     pub counts_for_backoff: bool,
     pub finished_at: Timestamp,
+    /// The inputs hash the Job ran with (`captf.io/inputs-hash` on it).
+    pub inputs_hash: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,8 +161,14 @@ pub fn decide(facts: &Facts) -> Decision {
             }
         }
     };
-    // New inputs start at once; a repeat of what failed waits its turn.
-    if reason == JobReason::InputsChanged {
+    // New inputs start at once; a repeat of what failed waits its turn,
+    // or an input change that fails would start an apply after every
+    // failure.
+    let newest_apply = facts.finished.iter().find(|f| f.op == Op::Apply);
+    let repeat = newest_apply.is_some_and(|f| {
+        !f.succeeded && f.inputs_hash.is_some() && f.inputs_hash == facts.inputs_hash
+    });
+    if reason == JobReason::InputsChanged && !repeat {
         return Decision::Apply(reason);
     }
     match backing_off(
@@ -206,6 +214,15 @@ mod tests {
             succeeded: false,
             counts_for_backoff: true,
             finished_at: at(secs),
+            inputs_hash: Some("h2:old".into()),
+        }
+    }
+
+    /// A failed apply of `inputs_hash`.
+    fn failed_with(inputs_hash: &str, secs: i64) -> Finished {
+        Finished {
+            inputs_hash: Some(inputs_hash.into()),
+            ..failed(secs)
         }
     }
 
@@ -215,6 +232,7 @@ mod tests {
             succeeded: true,
             counts_for_backoff: false,
             finished_at: at(secs),
+            inputs_hash: Some("h2:old".into()),
         }
     }
 
@@ -279,6 +297,20 @@ mod tests {
             (
                 "changed",
                 facts(hash("h2:old"), vec![failed(0)], 1),
+                Decision::Apply(JobReason::InputsChanged),
+            ),
+            (
+                "changed inputs that failed wait their turn",
+                facts(hash("h2:old"), vec![failed_with("h2:new", 0)], 30),
+                Decision::Backoff {
+                    reason: JobReason::InputsChanged,
+                    wait: Duration::from_secs(30),
+                    failures: 1,
+                },
+            ),
+            (
+                "changed inputs that failed, delay over",
+                facts(hash("h2:old"), vec![failed_with("h2:new", 0)], 60),
                 Decision::Apply(JobReason::InputsChanged),
             ),
             (

@@ -231,6 +231,7 @@ mod tests {
             succeeded,
             counts_for_backoff: !succeeded,
             finished_at: at(secs),
+            inputs_hash: None,
         }
     }
 

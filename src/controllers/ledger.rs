@@ -7,7 +7,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::jiff::Timestamp;
 
 use super::decide::Finished;
-use crate::keys::{ATTEMPT_LABEL, BOOKKEPT, OP_LABEL};
+use crate::keys::{ATTEMPT_LABEL, BOOKKEPT, INPUTS_HASH, OP_LABEL};
 use crate::names::Op;
 
 /// How a Job ended, from its own status.
@@ -66,12 +66,19 @@ impl Outcome {
             .find(|o| o.as_str() == s)
     }
 
-    pub fn finished(self, op: Op, at: Timestamp) -> Finished {
+    /// `job` of `op`, ended at `at` with this outcome.
+    pub fn finished(self, job: &Job, op: Op, at: Timestamp) -> Finished {
         Finished {
             op,
             succeeded: self == Outcome::Succeeded,
             counts_for_backoff: self == Outcome::Failed,
             finished_at: at,
+            inputs_hash: job
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(INPUTS_HASH))
+                .cloned(),
         }
     }
 }
@@ -104,6 +111,16 @@ pub fn attempt(job: &Job) -> u32 {
         .unwrap_or(0)
 }
 
+/// How this manager accounted a finished Job; None when it has not (or
+/// the value is not one it writes).
+pub fn bookkept(job: &Job) -> Option<Outcome> {
+    job.metadata
+        .annotations
+        .as_ref()?
+        .get(BOOKKEPT)
+        .and_then(|v| Outcome::parse(v))
+}
+
 fn label<'a>(job: &'a Job, key: &str) -> Option<&'a str> {
     job.metadata.labels.as_ref()?.get(key).map(String::as_str)
 }
@@ -119,14 +136,8 @@ pub fn ledger(jobs: &[Job]) -> Ledger<'_> {
             ledger.active = Some(job);
             continue;
         };
-        let bookkept = job
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(BOOKKEPT))
-            .and_then(|v| Outcome::parse(v));
-        match bookkept {
-            Some(outcome) => ledger.finished.push(outcome.finished(op, end.at)),
+        match bookkept(job) {
+            Some(outcome) => ledger.finished.push(outcome.finished(job, op, end.at)),
             None => ledger.unsettled.push(Unsettled { job, op, end }),
         }
     }
@@ -256,7 +267,7 @@ mod tests {
     fn outcomes_round_trip_and_count_for_backoff_only_when_failed() {
         for o in [Outcome::Succeeded, Outcome::Failed, Outcome::Interrupted] {
             assert_eq!(Outcome::parse(o.as_str()), Some(o));
-            let f = o.finished(Op::Apply, at(0));
+            let f = o.finished(&Job::default(), Op::Apply, at(0));
             assert_eq!(f.succeeded, o == Outcome::Succeeded);
             assert_eq!(f.counts_for_backoff, o == Outcome::Failed);
         }
@@ -265,8 +276,8 @@ mod tests {
 
     #[test]
     fn settled_outcomes_merge_newest_first() {
-        let older = Outcome::Failed.finished(Op::Apply, at(1));
-        let newer = Outcome::Succeeded.finished(Op::Apply, at(9));
+        let older = Outcome::Failed.finished(&Job::default(), Op::Apply, at(1));
+        let newer = Outcome::Succeeded.finished(&Job::default(), Op::Apply, at(9));
         let merged = with_settled(vec![older.clone()], std::slice::from_ref(&newer));
         assert_eq!(merged, vec![newer, older]);
     }

@@ -10,6 +10,7 @@ pub mod conditions;
 pub mod credentials;
 pub mod decide;
 pub mod deletion;
+pub mod history;
 pub mod ledger;
 mod reconcile;
 pub mod sweep;

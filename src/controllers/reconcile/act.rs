@@ -247,8 +247,7 @@ async fn perform<K: Workload>(
         Write::MarkApplied => durable::mark_applied(&secrets, K::KIND, &o.name)
             .await
             .map_err(Error::Kube)?,
-        Write::PatchSpec(spec) => {
-            let patch = json!({ "spec": spec });
+        Write::Patch(patch) => {
             Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
                 .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
@@ -330,7 +329,7 @@ async fn perform<K: Workload>(
                 }
             }
         }
-        Write::DeleteAwayJobs { namespace, names } => {
+        Write::DeleteJobs { namespace, names } => {
             let api = Api::<Job>::namespaced(ctx.client.clone(), &namespace);
             for name in names {
                 match api.delete(&name, &DeleteParams::background()).await {

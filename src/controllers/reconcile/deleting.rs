@@ -218,7 +218,7 @@ fn cleanup<K: Workload>(obj: &K, o: &Object, rest: &Rest, jobs: &[Job], why: Why
         .filter(|j| j.namespace().is_some_and(|ns| ns != o.namespace))
         .collect();
     if let Some(namespace) = away.first().and_then(|j| j.namespace()) {
-        plan.writes.push(Write::DeleteAwayJobs {
+        plan.writes.push(Write::DeleteJobs {
             names: away.iter().map(|j| j.name_any()).collect(),
             namespace: namespace.clone(),
         });

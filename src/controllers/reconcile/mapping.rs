@@ -3,7 +3,7 @@
 //! provisioned latch, the kind's status fields, and the spec fields written
 //! once. Pure.
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use super::common::provisioned;
 use super::observe::Rest;
@@ -84,13 +84,20 @@ pub fn outputs<K: Workload>(
         .into_iter()
         .filter(|(k, v)| spec.get(k).unwrap_or(&Value::Null) != v)
         .collect();
+    let mut patch = Map::new();
     if !due.is_empty() {
-        plan.writes.push(Write::PatchSpec(Value::Object(due)));
+        patch.insert("spec".into(), Value::Object(due));
     }
+    // In the same write as the endpoint: an endpoint seen without its
+    // source would be taken for the user's.
     if mapped.endpoint_from_module {
-        plan.writes.push(Write::Annotate {
-            key: ENDPOINT_SOURCE,
-            value: crate::capi::inputs::EndpointSource::Module.as_str(),
-        });
+        let source = crate::capi::inputs::EndpointSource::Module.as_str();
+        patch.insert(
+            "metadata".into(),
+            json!({"annotations": {ENDPOINT_SOURCE: source}}),
+        );
+    }
+    if !patch.is_empty() {
+        plan.writes.push(Write::Patch(Value::Object(patch)));
     }
 }

@@ -36,9 +36,9 @@ use tracing::{debug, debug_span};
 use super::conditions::{self, Cond, Status, Transition};
 use super::decide::Finished;
 use super::deletion::{self, Lifecycle};
-use super::ledger;
 use super::workload::Workload;
 use super::{Context, Error, Settings};
+use super::{history, ledger};
 use crate::api::ActiveJob;
 use crate::keys::BLOCK_MOVE;
 use crate::names;
@@ -224,7 +224,25 @@ fn decide<K: Workload>(
     };
     let c = common::steps(&pass, &mut plan);
     match deleting {
-        false => live::plan(&pass, &c, &mut plan),
+        false => {
+            live::plan(&pass, &c, &mut plan);
+            // Last, so that a Job that cannot be deleted keeps no other
+            // write from happening.
+            let pruned = history::prune(
+                &observed.jobs,
+                &o.namespace,
+                c.settings.successful_jobs_history_limit,
+                c.settings.failed_jobs_history_limit,
+            );
+            if !pruned.is_empty() {
+                plan.logs
+                    .push(format!("out of the Job history: {}", pruned.join(", ")));
+                plan.writes.push(Write::DeleteJobs {
+                    namespace: o.namespace.clone(),
+                    names: pruned,
+                });
+            }
+        }
         true => deleting::plan(&pass, &c, &mut plan),
     }
     // No Job is active: block-move goes, unless this pass starts one.

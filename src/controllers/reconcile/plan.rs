@@ -191,8 +191,9 @@ pub enum Write {
     },
     /// The durable inputs record that an apply succeeded.
     MarkApplied,
-    /// Fields of the object's spec that its outputs set (a merge patch).
-    PatchSpec(serde_json::Value),
+    /// A merge patch of the object: the spec fields its outputs set, with
+    /// the endpoint source recorded in the same write as the endpoint.
+    Patch(serde_json::Value),
     /// An annotation CAPTF records on the object itself.
     Annotate {
         key: &'static str,
@@ -244,10 +245,12 @@ pub enum Write {
         namespace: String,
         names: Vec<String>,
     },
-    /// The object's Jobs in the manager's namespace, with their pods,
-    /// per-run Secrets and credentials copies: no owner reference takes
-    /// them with the object.
-    DeleteAwayJobs {
+    /// Jobs in `namespace`, with what they own (their pods; away from the
+    /// object's namespace, their per-run Secrets and credentials copies):
+    /// the object's Jobs in the manager's namespace at cleanup, which no
+    /// owner reference takes with the object, and the Jobs that fall out of
+    /// the history.
+    DeleteJobs {
         namespace: String,
         names: Vec<String>,
     },

@@ -159,7 +159,9 @@ pub fn settle<K: Workload>(
             namespace: namespace.clone(),
         });
         plan.bookkept.push((namespace, name, a.outcome));
-        settled.finished.push(a.outcome.finished(u.op, u.end.at));
+        settled
+            .finished
+            .push(a.outcome.finished(u.job, u.op, u.end.at));
     }
     settled
 }

@@ -139,6 +139,10 @@ resource "terraform_data" "run" {
     fail  = var.fail
     dump  = var.dump_env
   }
+  # Asked to fail, the resource is made anew so that its provisioner runs
+  # (and fails) also when an applied instance is changed.
+  triggers_replace = var.fail
+
 
   provisioner "local-exec" {
     command = join(" && ", compact([
