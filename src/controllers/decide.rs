@@ -27,7 +27,8 @@ pub struct Finished {
     /// Whether the failure counts towards backoff (an interruption does not).
     pub counts_for_backoff: bool,
     pub finished_at: Timestamp,
-    /// The inputs hash the Job ran with (`captf.io/inputs-hash` on it).
+    /// The inputs hash an apply Job ran with, or the one a restored backup
+    /// recorded (`captf.io/inputs-hash` on the Job).
     pub inputs_hash: Option<String>,
 }
 

@@ -23,7 +23,7 @@ use super::owner_labels;
 use super::policy::{JobSettings, quantities, runtime_default_seccomp};
 use crate::api::{GROUP, ImagePullPolicy, VERSION};
 use crate::error::{Categorized, Category};
-use crate::keys::{ATTEMPT_LABEL, INPUTS_HASH, MOVE_LABEL, OP_LABEL};
+use crate::keys::{ATTEMPT_LABEL, MOVE_LABEL, OP_LABEL};
 use crate::names::{self, Hash6, Kind, Op};
 use crate::state::TFSTATE_KEY;
 
@@ -176,9 +176,6 @@ pub fn build(req: &JobRequest) -> BuiltJob {
             name: Some(job_name),
             namespace: Some(req.namespace.into()),
             labels: Some(labels.clone()),
-            // What the Job runs with, so that a failure is known to be
-            // of these inputs (ref §8.4: a repeat waits its backoff).
-            annotations: Some([(INPUTS_HASH.into(), req.inputs.inputs_hash.clone())].into()),
             owner_references: Some(vec![OwnerReference {
                 api_version: format!("{GROUP}/{VERSION}"),
                 kind: req.kind.kind().into(),
