@@ -620,6 +620,16 @@ async fn state_readable_gauges_counter_and_events() {
         })
         .unwrap_or_else(|| panic!("no corrupt counter:\n{metrics}"));
     assert!(corrupt.ends_with(" 1"), "{corrupt}");
+    // Every pass is counted as controller-runtime counts reconciles.
+    let passes = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(
+                r#"controller_runtime_reconcile_total{controller="terraformmachine",result="success"} "#,
+            )
+        })
+        .and_then(|n| n.parse::<f64>().ok());
+    assert!(passes.is_some_and(|n| n >= 2.0), "{metrics}");
 
     // Another pass over the same corrupt state counts nothing new.
     Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns)

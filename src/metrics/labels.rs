@@ -56,6 +56,26 @@ label_values!(
 );
 
 label_values!(
+    /// The `result` label of `controller_runtime_reconcile_total`: how a
+    /// pass ended (a pass always requeues, so `success` covers that).
+    ReconcileResult {
+        Success => "success",
+        Error => "error",
+    }
+);
+
+/// The `controller` label of the `controller_runtime_*` series: the
+/// reconciled kind in lower case, as controller-runtime names a controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Controller(pub Kind);
+
+impl EncodeLabelValue for Controller {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> fmt::Result {
+        EncodeLabelValue::encode(&self.0.kind().to_ascii_lowercase().as_str(), encoder)
+    }
+}
+
+label_values!(
     /// The `step` label: a runner step, or `none` when an error has no step.
     Step {
         Init => "init",
@@ -256,6 +276,17 @@ pub struct MachineLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
     pub kind: Kind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileLabels {
+    pub controller: Controller,
+    pub result: ReconcileResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    pub controller: Controller,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

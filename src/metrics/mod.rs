@@ -115,6 +115,10 @@ pub struct Metrics {
     plan_approvals: Family<ApprovalLabels, Counter>,
     /// `rest_client_requests_total`, as client-go names it.
     api_requests: Family<RequestLabels, Counter>,
+    /// `controller_runtime_reconcile_total`, as controller-runtime names it.
+    reconciles: Family<ReconcileLabels, Counter>,
+    /// `controller_runtime_reconcile_errors_total`.
+    reconcile_errors: Family<ControllerLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -172,6 +176,8 @@ impl Metrics {
             state_restores: Family::default(),
             plan_approvals: Family::default(),
             api_requests: Family::default(),
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
             registry: Registry::default(),
         };
         // Counters get `_total` and units their suffix from the registry.
@@ -318,6 +324,16 @@ impl Metrics {
             "Requests to the API server by method and code",
             m.api_requests.clone(),
         );
+        root.register(
+            "controller_runtime_reconcile",
+            "Reconciliations per controller and result",
+            m.reconciles.clone(),
+        );
+        root.register(
+            "controller_runtime_reconcile_errors",
+            "Reconciliations that ended in an error, per controller",
+            m.reconcile_errors.clone(),
+        );
         Self {
             registry: root,
             ..metrics
@@ -409,6 +425,23 @@ impl Metrics {
             .inc();
     }
 
+    /// A pass over an object of `kind` ended, with an error or not.
+    pub fn reconciled(&self, kind: Kind, failed: bool) {
+        let controller = Controller(kind);
+        let result = match failed {
+            true => ReconcileResult::Error,
+            false => ReconcileResult::Success,
+        };
+        self.reconciles
+            .get_or_create(&ReconcileLabels { controller, result })
+            .inc();
+        if failed {
+            self.reconcile_errors
+                .get_or_create(&ControllerLabels { controller })
+                .inc();
+        }
+    }
+
     /// Removes every series of one object; call it when the object is gone.
     pub fn forget(&self, kind: Kind, namespace: &str, name: &str) {
         let object = ObjectLabels::new(kind, namespace, name);
@@ -451,7 +484,7 @@ mod tests {
     use super::*;
 
     /// (name on the wire, type) of every family of ref §5.
-    const FAMILIES: [(&str, &str); 32] = [
+    const FAMILIES: [(&str, &str); 34] = [
         ("captf_jobs", "counter"),
         ("captf_job_duration_seconds", "histogram"),
         ("captf_job_step_duration_seconds", "histogram"),
@@ -484,6 +517,8 @@ mod tests {
         ("captf_plan_approvals", "counter"),
         ("captf_build_info", "gauge"),
         ("rest_client_requests", "counter"),
+        ("controller_runtime_reconcile", "counter"),
+        ("controller_runtime_reconcile_errors", "counter"),
     ];
 
     /// The shipped alerts (config/prometheus/rules.yaml) use only families
@@ -502,7 +537,7 @@ mod tests {
         for rule in rules {
             let expr = rule["expr"].as_str().unwrap();
             for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
-                if !word.starts_with("captf_") {
+                if !(word.starts_with("captf_") || word.starts_with("controller_runtime_")) {
                     continue;
                 }
                 used += 1;
@@ -655,6 +690,7 @@ mod tests {
             })
             .inc();
         m.api_request(&http::Method::GET, Some(200));
+        m.reconciled(Kind::Cluster, true);
     }
 
     #[test]
@@ -679,6 +715,23 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn reconciles_count_per_controller_as_controller_runtime_names_them() {
+        let m = Metrics::new();
+        m.reconciled(Kind::MachinePool, false);
+        m.reconciled(Kind::MachinePool, true);
+        m.reconciled(Kind::Machine, true);
+        let text = m.encode().unwrap();
+        for line in [
+            r#"controller_runtime_reconcile_total{controller="terraformmachinepool",result="success"} 1"#,
+            r#"controller_runtime_reconcile_total{controller="terraformmachinepool",result="error"} 1"#,
+            r#"controller_runtime_reconcile_errors_total{controller="terraformmachinepool"} 1"#,
+            r#"controller_runtime_reconcile_errors_total{controller="terraformmachine"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
+        }
     }
 
     #[test]
@@ -734,7 +787,9 @@ mod tests {
     fn requests_are_counted_by_method_and_code() {
         let m = Metrics::new();
         m.api_request(&http::Method::GET, Some(200));
+        m.reconciled(Kind::Cluster, true);
         m.api_request(&http::Method::GET, Some(200));
+        m.reconciled(Kind::Cluster, true);
         m.api_request(&http::Method::PATCH, Some(409));
         m.api_request(&http::Method::DELETE, None);
         let text = m.encode().unwrap();

@@ -114,6 +114,7 @@ pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Ac
             "pass"
         );
     }
+    ctx.metrics.reconciled(K::KIND, outcome.is_err());
     outcome
 }
 
