@@ -72,14 +72,11 @@ pub fn prune(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
     use super::*;
-    use crate::keys::{ATTEMPT_LABEL, BOOKKEPT, OP_LABEL};
+    use crate::keys::ATTEMPT_LABEL;
 
-    /// A Job `name` of `op` attempt `attempt` that ended at `end` seconds,
-    /// "Complete" or "Failed", and the bookkept value.
+    /// A Job of `op` attempt `attempt` in the namespace `ns` (see
+    /// [`ledger::tests::job`]).
     fn job(
         name: &str,
         op: &str,
@@ -87,32 +84,12 @@ mod tests {
         end: Option<(&str, i64)>,
         kept: Option<&str>,
     ) -> Job {
-        let mut j = Job::default();
-        j.metadata.name = Some(name.into());
+        let mut j = ledger::tests::job(name, op, end, kept);
         j.metadata.namespace = Some("ns".into());
-        j.metadata.labels = Some(
-            [
-                (OP_LABEL.to_string(), op.to_string()),
-                (ATTEMPT_LABEL.to_string(), attempt.to_string()),
-            ]
-            .into(),
-        );
-        if let Some(b) = kept {
-            j.metadata.annotations = Some([(BOOKKEPT.to_string(), b.to_string())].into());
-        }
-        if let Some((type_, s)) = end {
-            j.status = Some(JobStatus {
-                conditions: Some(vec![JobCondition {
-                    type_: type_.into(),
-                    status: "True".into(),
-                    last_transition_time: Some(Time(
-                        Timestamp::from_second(1_700_000_000 + s).unwrap(),
-                    )),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            });
-        }
+        j.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(ATTEMPT_LABEL.to_string(), attempt.to_string());
         j
     }
 

@@ -156,7 +156,7 @@ pub fn with_settled(mut finished: Vec<Finished>, settled: &[Finished]) -> Vec<Fi
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -166,7 +166,14 @@ mod tests {
         Timestamp::from_second(1_700_000_000 + s).unwrap()
     }
 
-    fn job(name: &str, op: &str, end: Option<(&str, i64)>, bookkept: Option<&str>) -> Job {
+    /// A Job `name` of `op` that ended at `end` ("Complete" or "Failed",
+    /// seconds), with its bookkept value.
+    pub(crate) fn job(
+        name: &str,
+        op: &str,
+        end: Option<(&str, i64)>,
+        bookkept: Option<&str>,
+    ) -> Job {
         let mut j = Job::default();
         j.metadata.name = Some(name.into());
         j.metadata.labels = Some([(OP_LABEL.to_string(), op.to_string())].into());
