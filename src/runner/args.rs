@@ -77,6 +77,34 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0)]
     pub restore_resources: u64,
 
+    /// An apply that plans, shows and applies its saved plan (a
+    /// TerraformCluster's guarded apply): a delete or replace stops it.
+    #[arg(long)]
+    pub guarded: bool,
+
+    /// With --guarded: the plan may delete or replace (an approved
+    /// destructive plan).
+    #[arg(long, requires = "guarded")]
+    pub allow_destructive: bool,
+
+    /// An approved apply: applies the saved plan when it and a fresh plan
+    /// both have this hash.
+    #[arg(long)]
+    pub approved_plan: Option<String>,
+
+    /// The Secret, in the backend's namespace, that keeps the saved plan
+    /// (plan, approved apply).
+    #[arg(long)]
+    pub plan_secret: Option<String>,
+
+    /// The key the saved plan is sealed with.
+    #[arg(long, default_value = "/captf/plan-key/key")]
+    pub plan_key_file: PathBuf,
+
+    /// The inputs hash of the Job, which a saved plan is bound to.
+    #[arg(long)]
+    pub inputs_hash: Option<String>,
+
     /// The directory the fixed paths above are taken relative to.
     #[arg(long, default_value = "/")]
     pub root: PathBuf,
@@ -92,6 +120,7 @@ pub struct Paths {
     pub config: PathBuf,
     pub credentials: PathBuf,
     pub result: PathBuf,
+    pub plan_key: PathBuf,
 }
 
 impl RunArgs {
@@ -106,15 +135,37 @@ impl RunArgs {
             config: at(&self.config),
             credentials: at(&self.credentials),
             result: at(&self.result),
+            plan_key: at(&self.plan_key_file),
         }
     }
 
-    /// Combinations clap cannot check: a restore needs its backup.
+    /// Combinations clap cannot check: a restore needs its backup; a plan
+    /// and an approved apply need where the plan is saved and the inputs it
+    /// is bound to.
     pub fn check(&self) -> Result<(), String> {
         if self.op == Op::Restore && self.restore_chunks == 0 {
             return Err("--op=restore needs --restore-chunks of at least 1".into());
         }
+        let saves = self.op == Op::Plan || self.approved_plan.is_some();
+        if saves && (self.plan_secret.is_none() || self.inputs_hash.is_none()) {
+            return Err(
+                "--op=plan and --approved-plan need --plan-secret and --inputs-hash".into(),
+            );
+        }
+        if self.approved_plan.is_some() && (self.op != Op::Apply || self.guarded) {
+            return Err("--approved-plan goes with --op=apply alone, not --guarded".into());
+        }
+        if self.guarded && self.op != Op::Apply {
+            return Err("--guarded goes with --op=apply".into());
+        }
         Ok(())
+    }
+
+    /// The namespace of the backend, where the saved plan's Secret is.
+    pub fn namespace(&self) -> Option<&str> {
+        self.backend_config
+            .iter()
+            .find_map(|kv| kv.strip_prefix("namespace="))
     }
 }
 
@@ -247,6 +298,45 @@ mod tests {
                 .is_ok()
         );
         assert!(parse(&["--op=apply"]).unwrap().check().is_ok());
+    }
+
+    #[test]
+    fn plans_need_their_secret_and_inputs() {
+        let saving = ["--plan-secret=captf-plan-c-a", "--inputs-hash=h2:x"];
+        for (args, ok) in [
+            (vec!["--op=plan"], false),
+            (vec!["--op=plan", saving[0]], false),
+            (vec!["--op=plan", saving[0], saving[1]], true),
+            (vec!["--op=apply", "--approved-plan=p1:x"], false),
+            (
+                vec!["--op=apply", "--approved-plan=p1:x", saving[0], saving[1]],
+                true,
+            ),
+            (
+                vec!["--op=drift", "--approved-plan=p1:x", saving[0], saving[1]],
+                false,
+            ),
+            (
+                vec![
+                    "--op=apply",
+                    "--guarded",
+                    "--approved-plan=p1:x",
+                    saving[0],
+                    saving[1],
+                ],
+                false,
+            ),
+            (vec!["--op=apply", "--guarded"], true),
+            (vec!["--op=apply", "--guarded", "--allow-destructive"], true),
+            (vec!["--op=destroy", "--guarded"], false),
+        ] {
+            assert_eq!(parse(&args).unwrap().check().is_ok(), ok, "{args:?}");
+        }
+        // Allowing destruction means nothing without the guard.
+        assert!(parse(&["--op=apply", "--allow-destructive"]).is_err());
+        let args = parse(&["--op=plan", "--backend-config=namespace=team-a"]).unwrap();
+        assert_eq!(args.namespace(), Some("team-a"));
+        assert_eq!(args.paths().plan_key, Path::new("/captf/plan-key/key"));
     }
 
     #[test]

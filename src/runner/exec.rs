@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use super::plan::{self, Plan};
 use super::redact::Redactor;
 use super::steps::Stdout;
 
@@ -107,6 +108,8 @@ pub struct Finished {
     pub stdout: Vec<u8>,
     /// The tail of standard error.
     pub stderr: Vec<u8>,
+    /// Standard output read as a plan, when asked ([`Stdout::Plan`]).
+    pub plan: Option<Result<Plan, String>>,
     /// Set when a stop request arrived during the step.
     pub interrupted: Option<Stopped>,
 }
@@ -136,19 +139,24 @@ pub async fn run(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .spawn()?;
-    let stdout = child.stdout.take().map(|out| {
-        let redactor = Arc::clone(redactor);
-        let mode = inv.stdout;
-        tokio::spawn(async move {
-            match mode {
-                Stdout::Discard => discard(out).await,
-                Stdout::Log => pump(out, Sink::Stdout, &redactor, Keep::None).await,
-                Stdout::LogAndKeep => {
-                    pump(out, Sink::Stdout, &redactor, Keep::Head(STDOUT_KEEP)).await
-                }
-            }
-        })
-    });
+    let mut shown = None;
+    let stdout = match (child.stdout.take(), inv.stdout) {
+        (Some(out), Stdout::Plan) => {
+            shown = Some(tokio::task::spawn_blocking(move || read_plan(out)));
+            None
+        }
+        (Some(out), mode) => {
+            let redactor = Arc::clone(redactor);
+            let keep = match mode {
+                Stdout::LogAndKeep => Keep::Head(STDOUT_KEEP),
+                _ => Keep::None,
+            };
+            Some(tokio::spawn(async move {
+                pump(out, Sink::Stdout, &redactor, keep).await
+            }))
+        }
+        (None, _) => None,
+    };
     let stderr = child.stderr.take().map(|err| {
         let redactor = Arc::clone(redactor);
         tokio::spawn(
@@ -190,11 +198,19 @@ pub async fn run(
         }
     };
     let (stdout, stderr) = tokio::join!(collect(stdout), collect(stderr));
+    let plan = match shown {
+        Some(task) => Some(match tokio::time::timeout(DRAIN_GRACE, task).await {
+            Ok(Ok(read)) => read,
+            _ => Err("the plan was not read to its end".to_string()),
+        }),
+        None => None,
+    };
     Ok(Finished {
         exit_code: exit_code(status),
         duration: started.elapsed(),
         stdout,
         stderr,
+        plan,
         interrupted,
     })
 }
@@ -263,9 +279,13 @@ async fn pump(
     }
 }
 
-async fn discard(mut from: impl AsyncRead + Unpin) -> io::Result<Vec<u8>> {
-    tokio::io::copy(&mut from, &mut tokio::io::sink()).await?;
-    Ok(Vec::new())
+/// Reads a plan from the runtime's output as it streams, and drains what is
+/// left after an error so that the runtime never blocks on a full pipe.
+fn read_plan(out: impl AsyncRead + Unpin) -> Result<Plan, String> {
+    let mut from = tokio_util::io::SyncIoBridge::new(out);
+    let read = plan::read(&mut from).map_err(|e| e.to_string());
+    let _ = io::copy(&mut from, &mut io::sink());
+    read
 }
 
 #[cfg(test)]

@@ -6,12 +6,15 @@
 //! redaction, the result's size) are pure functions in the submodules; this
 //! file only sequences them.
 
+pub mod api;
 pub mod args;
 pub mod env;
 pub mod exec;
 pub mod layout;
+pub mod plan;
 pub mod redact;
 pub mod result;
+pub mod saved;
 pub mod steps;
 pub mod summary;
 
@@ -27,8 +30,10 @@ use crate::api::{RunError, RunErrorKind};
 use crate::names::Op;
 use args::{Paths, whole_seconds};
 use exec::{Finished, Invocation, Signals, Stopped};
+use plan::Plan;
 use redact::Redactor;
 use result::{RunResult, StepRecord};
+use saved::{Saved, SavedError};
 use steps::{Stdout, Step, StepInputs, StepName, Verdict};
 use summary::FailedStep;
 
@@ -64,6 +69,7 @@ pub async fn run(args: &RunArgs) -> u8 {
         image: args.image.clone(),
         runtime_version: None,
         steps: Vec::new(),
+        plan: None,
         error: None,
     };
     let outcome = match (signals, no_redactor) {
@@ -79,6 +85,8 @@ pub async fn run(args: &RunArgs) -> u8 {
                 log: &log,
                 signals: &mut signals,
                 result: &mut result,
+                shown: None,
+                store: None,
             };
             runner.drive().await
         }
@@ -163,6 +171,22 @@ struct Runner<'a> {
     log: &'a Log,
     signals: &'a mut Signals,
     result: &'a mut RunResult,
+    /// The plan the last `show -json` printed.
+    shown: Option<Plan>,
+    /// Where a plan or an approved apply keeps the saved plan.
+    store: Option<Store>,
+}
+
+/// The saved plan's Secret and what seals it.
+struct Store {
+    client: kube::Client,
+    namespace: String,
+    secret: String,
+    key: Vec<u8>,
+    inputs_hash: String,
+    /// The approved plan as found before the run, or why it cannot be
+    /// applied.
+    approved: Option<Result<Saved, SavedError>>,
 }
 
 impl Runner<'_> {
@@ -188,7 +212,11 @@ impl Runner<'_> {
             layout::create_tmpdir(tmpdir).map_err(|e| image_layout(e.to_string()))?;
         }
         let plan_file = paths.workdir.join("plan.out");
+        let approved_file = paths.workdir.join("approved.out");
         let restore_file = paths.workdir.join("restore.tfstate");
+        if args.op == Op::Plan || args.approved_plan.is_some() {
+            self.open_store(&approved_file).await?;
+        }
         if args.op == Op::Restore {
             layout::write_restore_file(&paths.config, args.restore_chunks, &restore_file)
                 .map_err(|e| self.step_error(StepName::StatePush, &e.to_string()))?;
@@ -218,6 +246,11 @@ impl Runner<'_> {
             force_unlock: args.force_unlock.as_deref(),
             plan_file: &plan_file,
             restore_file: &restore_file,
+            guarded: args.guarded || args.approved_plan.is_some(),
+            apply_file: match args.approved_plan {
+                Some(_) => &approved_file,
+                None => &plan_file,
+            },
         });
         for step in &plan {
             self.interrupted_before(step.name.as_str()).await?;
@@ -226,8 +259,148 @@ impl Runner<'_> {
                 stdout: step.stdout,
                 ..base
             };
-            self.step(step, &inv).await?;
+            match self.step(step, &inv).await {
+                Err(e) if e.kind == RunErrorKind::PlanChanged && self.store.is_some() => {
+                    // An approved plan the state moved past: the fresh one
+                    // is kept for approval instead.
+                    self.save_shown(&plan_file).await?;
+                    return Err(e);
+                }
+                other => other?,
+            }
+            if step.name == StepName::Show {
+                self.judge_plan(&plan_file).await?;
+            }
         }
+        Ok(())
+    }
+
+    /// Reaches the saved plan's Secret and reads the plan key; for an
+    /// approved apply, also the approved plan, into `approved_file`.
+    async fn open_store(&mut self, approved_file: &Path) -> Result<(), RunError> {
+        let args = self.args;
+        let fail = |why: String| self.step_error(StepName::Init, &why);
+        let (Some(secret), Some(inputs_hash), Some(namespace)) = (
+            args.plan_secret.clone(),
+            args.inputs_hash.clone(),
+            args.namespace(),
+        ) else {
+            return Err(fail(
+                "a saved plan needs --plan-secret, --inputs-hash and the backend's namespace"
+                    .into(),
+            ));
+        };
+        let key = fs::read(&self.paths.plan_key).map_err(|e| {
+            fail(format!(
+                "reading the plan key {}: {e}",
+                self.paths.plan_key.display()
+            ))
+        })?;
+        let client = api::client(&args.backend_config)
+            .await
+            .map_err(|e| fail(format!("reaching the API server: {e}")))?;
+        let mut store = Store {
+            client,
+            namespace: namespace.to_owned(),
+            secret,
+            key,
+            inputs_hash,
+            approved: None,
+        };
+        if args.approved_plan.is_some() {
+            let data = api::secret_data(&store.client, &store.namespace, &store.secret)
+                .await
+                .map_err(|e| fail(format!("reading the saved plan {}: {e}", store.secret)))?;
+            let opened = saved::open(&store.key, data.as_ref());
+            if let Ok(saved) = &opened {
+                fs::write(approved_file, &saved.plan)
+                    .map_err(|e| fail(format!("writing {}: {e}", approved_file.display())))?;
+            }
+            store.approved = Some(opened);
+        }
+        self.store = Some(store);
+        Ok(())
+    }
+
+    /// What a shown plan decides: a plan is saved; an approved apply goes on
+    /// only with the plan that was approved; a guarded apply stops before a
+    /// delete or a replace that was not approved.
+    async fn judge_plan(&mut self, plan_file: &Path) -> Result<(), RunError> {
+        let Some(plan) = self.shown.as_ref() else {
+            return Err(self.step_error(StepName::Show, "show -json printed no plan"));
+        };
+        let report = plan.report();
+        self.result.plan = Some(report.clone());
+        let args = self.args;
+        if args.op == Op::Plan {
+            return self.save_shown(plan_file).await;
+        }
+        if let Some(approved) = args.approved_plan.as_deref() {
+            let fresh = &report.plan_hash;
+            let why = match self.store.as_ref().and_then(|s| s.approved.as_ref()) {
+                None => Some("no approved plan was read".to_string()),
+                Some(Err(e)) => Some(e.to_string()),
+                Some(Ok(saved)) if saved.plan_hash != approved => Some(format!(
+                    "the saved plan is {}, not the approved {approved}",
+                    saved.plan_hash
+                )),
+                Some(Ok(saved))
+                    if Some(&saved.inputs_hash) != self.store.as_ref().map(|s| &s.inputs_hash) =>
+                {
+                    Some("the saved plan was made from other inputs".to_string())
+                }
+                Some(Ok(_)) if fresh != approved => Some(format!(
+                    "{approved} was approved, but the plan is now {fresh}"
+                )),
+                Some(Ok(_)) => None,
+            };
+            if let Some(why) = why {
+                self.save_shown(plan_file).await?;
+                return Err(RunError {
+                    kind: RunErrorKind::PlanChanged,
+                    step: Some(StepName::Plan.as_str().into()),
+                    summary: Some(format!(
+                        "{why}: not applied; plan {fresh} is saved for approval"
+                    )),
+                });
+            }
+            return Ok(());
+        }
+        if args.guarded && !args.allow_destructive && report.destructive {
+            return Err(RunError {
+                kind: RunErrorKind::Blocked,
+                step: Some(StepName::Plan.as_str().into()),
+                summary: Some(format!(
+                    "the plan deletes or replaces {}: not applied",
+                    plan.destructive_summary()
+                )),
+            });
+        }
+        Ok(())
+    }
+
+    /// Seals the shown plan and its saved file into the plan's Secret.
+    async fn save_shown(&mut self, plan_file: &Path) -> Result<(), RunError> {
+        let fail = |why: String| self.step_error(StepName::Plan, &why);
+        let (Some(store), Some(plan)) = (self.store.as_ref(), self.shown.as_ref()) else {
+            return Err(fail("there is no plan to save".into()));
+        };
+        let bytes = fs::read(plan_file)
+            .map_err(|e| fail(format!("reading {}: {e}", plan_file.display())))?;
+        let data = saved::seal(
+            &store.key,
+            &Saved {
+                plan: bytes,
+                plan_hash: plan.hash(),
+                inputs_hash: store.inputs_hash.clone(),
+            },
+        )
+        .map_err(|e| fail(format!("saving the plan: {e}")))?;
+        api::replace_secret_data(&store.client, &store.namespace, &store.secret, data)
+            .await
+            .map_err(|e| fail(format!("saving the plan in {}: {e}", store.secret)))?;
+        self.log
+            .say(&format!("saved plan {} in {}", plan.hash(), store.secret));
         Ok(())
     }
 
@@ -276,6 +449,9 @@ impl Runner<'_> {
         if let Some(stopped) = done.interrupted {
             return Err(self.interrupted(name, stopped, done.exit_code));
         }
+        if let Some(read) = done.plan {
+            self.shown = Some(read.map_err(|e| self.step_error(step.name, &e))?);
+        }
         let verdict = steps::judge(
             step,
             done.exit_code,
@@ -307,6 +483,15 @@ impl Runner<'_> {
                 )),
             }),
             Verdict::FailedBecause(why) => Err(self.step_error(step.name, &why)),
+            Verdict::PlanStale => Err(RunError {
+                kind: RunErrorKind::PlanChanged,
+                step: Some(name.to_string()),
+                summary: Some(
+                    "the state changed after the plan was saved: not applied; \
+                     the fresh plan is saved for approval"
+                        .into(),
+                ),
+            }),
         }
     }
 

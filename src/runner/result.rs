@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::api::RunError;
 use crate::names::Op;
 
+use super::plan::PlanReport;
 use super::summary::bounded;
 
 /// The most a termination message holds, in bytes.
@@ -25,6 +26,9 @@ pub struct RunResult {
     pub runtime_version: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRecord>,
+    /// The plan a plan, drift, guarded or approved run made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanReport>,
     /// Only on failure.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
@@ -43,8 +47,9 @@ pub struct StepRecord {
 
 impl RunResult {
     /// The document as written: at most [`RESULT_MAX`] bytes. When it would
-    /// be larger, the steps' arguments go first, then the summary's tail,
-    /// then the steps, oldest first, then the echoed job and image.
+    /// be larger, the steps' arguments go first, then the plan's listed
+    /// changes from the end, then the summary's tail, then the steps,
+    /// oldest first, then the echoed job and image.
     pub fn to_bounded_json(&self) -> Vec<u8> {
         let mut doc = self.clone();
         let fits = |doc: &RunResult| encode(doc).len() <= RESULT_MAX;
@@ -54,6 +59,17 @@ impl RunResult {
         doc.steps.iter_mut().for_each(|s| s.args = None);
         if fits(&doc) {
             return encode(&doc);
+        }
+        // Halving what is listed keeps the encodings few.
+        loop {
+            if fits(&doc) {
+                return encode(&doc);
+            }
+            let Some(plan) = doc.plan.as_mut().filter(|p| !p.resources.is_empty()) else {
+                break;
+            };
+            plan.resources.truncate(plan.resources.len() / 2);
+            plan.truncated = true;
         }
         let over = encode(&doc).len() - RESULT_MAX;
         if let Some(summary) = doc.error.as_mut().and_then(|e| e.summary.as_mut()) {
@@ -103,6 +119,7 @@ mod tests {
             image: Some("registry.example/roles/machine:1.0".into()),
             runtime_version: Some("1.12.6".into()),
             steps,
+            plan: None,
             error: summary.map(|s| RunError {
                 kind: RunErrorKind::Step,
                 step: Some("apply".into()),
@@ -179,6 +196,33 @@ mod tests {
         assert_eq!(got.steps.last().unwrap().name, "step-79");
         assert!(got.error.as_ref().unwrap().summary.is_none());
         assert_eq!(got.error.as_ref().unwrap().kind, RunErrorKind::Step);
+    }
+
+    #[test]
+    fn a_long_plan_lists_fewer_changes_before_anything_else_goes() {
+        let mut d = doc(
+            vec![step("init", 0), step("plan", 0)],
+            Some("blocked".into()),
+        );
+        d.plan = Some(PlanReport {
+            plan_hash: format!("p1:{}", "a".repeat(64)),
+            add: 50,
+            resources: (0..50)
+                .map(|i| {
+                    format!(
+                        "module.role.terraform_data.{}[{i}] (create)",
+                        "n".repeat(100)
+                    )
+                })
+                .collect(),
+            ..Default::default()
+        });
+        let got = decode(&d.to_bounded_json());
+        let plan = got.plan.unwrap();
+        assert!(plan.truncated && plan.resources.len() < 50 && !plan.resources.is_empty());
+        assert_eq!((plan.add, plan.plan_hash.len()), (50, 67));
+        assert_eq!(got.steps.len(), 2);
+        assert_eq!(got.error.unwrap().summary.as_deref(), Some("blocked"));
     }
 
     #[test]

@@ -48,9 +48,9 @@ pub enum Stdout {
     Log,
     /// Passed through and kept, for the runner to read.
     LogAndKeep,
-    /// Neither logged nor kept: `show -json` prints every value of the plan,
-    /// sensitive or not.
-    Discard,
+    /// Read as a plan ([`super::plan::read`]) and never logged: `show -json`
+    /// prints every value of the plan, sensitive or not.
+    Plan,
 }
 
 /// One runtime invocation.
@@ -72,6 +72,12 @@ pub struct StepInputs<'a> {
     pub force_unlock: Option<&'a str>,
     pub plan_file: &'a Path,
     pub restore_file: &'a Path,
+    /// An apply that plans first and applies the saved plan: a guarded or
+    /// an approved TerraformCluster apply.
+    pub guarded: bool,
+    /// The saved plan such an apply applies: its own plan, or the approved
+    /// one.
+    pub apply_file: &'a Path,
 }
 
 /// `version -json`, run before every other step; informational.
@@ -87,7 +93,7 @@ pub fn steps(inputs: &StepInputs<'_>) -> Vec<Step> {
         name,
         args,
         stdout: match name {
-            StepName::Show => Stdout::Discard,
+            StepName::Show => Stdout::Plan,
             StepName::Validate | StepName::StateList => Stdout::LogAndKeep,
             _ => Stdout::Log,
         },
@@ -129,6 +135,18 @@ pub fn steps(inputs: &StepInputs<'_>) -> Vec<Step> {
     };
     let out_arg = format!("-out={plan_file}");
     match inputs.op {
+        Op::Apply if inputs.guarded => {
+            let mut plan = command("plan");
+            plan.extend(strings(&["-detailed-exitcode", VAR_FILE_ARG, &out_arg]));
+            let plan = Step {
+                changes_exit_code: true,
+                ..step(StepName::Plan, plan)
+            };
+            // A saved plan carries its variables: none may be given.
+            let mut apply = command("apply");
+            apply.push(inputs.apply_file.display().to_string());
+            out.extend([validate(), plan, show(), step(StepName::Apply, apply)]);
+        }
         Op::Apply => {
             let mut apply = command("apply");
             apply.extend(strings(&["-auto-approve", VAR_FILE_ARG]));
@@ -194,6 +212,9 @@ pub enum Verdict {
     Failed,
     /// Failed with the runner's own summary rather than the runtime's.
     FailedBecause(String),
+    /// The saved plan could not be applied: the state changed after it was
+    /// made.
+    PlanStale,
 }
 
 /// Judges a finished step from its exit code and output.
@@ -220,6 +241,7 @@ pub fn judge(
         }
         (_, 0) => Verdict::Succeeded,
         (StepName::Plan, 2) if step.changes_exit_code => Verdict::Succeeded,
+        (StepName::Apply, _) if plan_stale(stderr) => Verdict::PlanStale,
         (StepName::ForceUnlock, _) => match stale_lock_gone(stderr) {
             Some(reason) => Verdict::SucceededBecause(reason),
             None => Verdict::Failed,
@@ -253,6 +275,13 @@ fn stale_lock_gone(stderr: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// Whether an apply refused its saved plan because the state moved on
+/// (OpenTofu's and Terraform's "Saved plan is stale").
+fn plan_stale(stderr: &[u8]) -> bool {
+    let plain = strip_ansi_escapes::strip(stderr);
+    String::from_utf8_lossy(&plain).contains("Saved plan is stale")
+}
+
 fn strings(items: &[&str]) -> Vec<String> {
     items.iter().map(|s| s.to_string()).collect()
 }
@@ -268,6 +297,10 @@ mod tests {
     ];
 
     fn plan(op: Op, force_unlock: Option<&str>) -> Vec<Step> {
+        steps_of(op, force_unlock, false)
+    }
+
+    fn steps_of(op: Op, force_unlock: Option<&str>, guarded: bool) -> Vec<Step> {
         let backend: Vec<String> = BACKEND.iter().map(|s| s.to_string()).collect();
         steps(&StepInputs {
             op,
@@ -276,7 +309,31 @@ mod tests {
             force_unlock,
             plan_file: Path::new("/captf/work/plan.out"),
             restore_file: Path::new("/captf/work/restore.tfstate"),
+            guarded,
+            apply_file: Path::new("/captf/work/approved.out"),
         })
+    }
+
+    #[test]
+    fn a_guarded_apply_applies_the_saved_plan() {
+        let got = steps_of(Op::Apply, None, true);
+        assert_eq!(
+            lines(&got),
+            vec![
+                INIT,
+                VALIDATE,
+                "plan: plan -input=false -no-color -lock-timeout=300s -detailed-exitcode \
+                 -var-file=terraform.tfvars.json -out=/captf/work/plan.out",
+                SHOW,
+                "apply: apply -input=false -no-color -lock-timeout=300s /captf/work/approved.out",
+            ]
+        );
+        assert!(got[2].changes_exit_code);
+        assert_eq!(got[3].stdout, Stdout::Plan);
+        // Every other operation ignores the guard.
+        for op in [Op::Plan, Op::Destroy, Op::Refresh, Op::Drift, Op::Restore] {
+            assert_eq!(steps_of(op, None, true), plan(op, None), "{op:?}");
+        }
     }
 
     fn lines(steps: &[Step]) -> Vec<String> {
@@ -389,7 +446,7 @@ mod tests {
                 .into_iter()
                 .find(|s| s.name == StepName::Show)
                 .unwrap();
-            assert_eq!(show.stdout, Stdout::Discard);
+            assert_eq!(show.stdout, Stdout::Plan);
         }
     }
 
@@ -430,6 +487,10 @@ mod tests {
         let mismatch = "Error: Failed to unlock state: lock id \"6c4a\" does not match existing \
                         lock\nLock Info:\n  ID: other\n";
         let other = "Error: Failed to unlock state: connection refused\n";
+        // OpenTofu 1.12, applying a plan saved before another apply.
+        let stale = "\nError: Saved plan is stale\n\nThe given plan file can no longer be \
+                     applied because the state was changed by\nanother operation after the plan \
+                     was created.\n";
         let quoted = "Error: Failed to load state: the state is already unlocked, says a module\n";
         let gone = Verdict::SucceededBecause("the state is already unlocked");
         let relocked = Verdict::SucceededBecause("the lock is now held under another ID");
@@ -449,6 +510,8 @@ mod tests {
             (Apply, S::ForceUnlock, 1, "", other, 0, Verdict::Failed),
             (Apply, S::ForceUnlock, 1, "", quoted, 0, Verdict::Failed),
             (Apply, S::Apply, 1, "", unlocked, 0, Verdict::Failed),
+            (Apply, S::Apply, 1, "", stale, 0, Verdict::PlanStale),
+            (Apply, S::Validate, 1, "", stale, 0, Verdict::Failed),
             (
                 Restore,
                 S::StateList,

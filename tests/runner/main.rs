@@ -16,6 +16,8 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+mod plans;
+
 const RUNNER: &str = env!("CARGO_BIN_EXE_captf-runner");
 
 /// The backend labels map as the Job builder writes it.
@@ -60,6 +62,34 @@ impl Pod {
 
     fn work(&self) -> PathBuf {
         self.root().join("captf/work")
+    }
+
+    /// The plan key file and an empty plan Secret, as the manager provides
+    /// them to a plan Job; the flags that name them.
+    async fn saving(&self, object: &Object, secret: &str) -> Vec<String> {
+        let key = self.root().join("captf/plan-key/key");
+        std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+        std::fs::write(&key, [42u8; 32]).unwrap();
+        let empty = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(secret.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match object
+            .secrets()
+            .create(&PostParams::default(), &empty)
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => panic!("{e}"),
+        }
+        vec![
+            format!("--plan-secret={secret}"),
+            "--inputs-hash=h2:test".into(),
+        ]
     }
 
     fn credential(&self, key: &str, value: &str) {
@@ -395,8 +425,12 @@ async fn apply_refresh_drift_plan_and_destroy() {
     );
 
     let pod = Pod::new("runner-basic", &basic_root(), &changed);
-    let plan = run(&pod, &object, "plan", &[]).await;
+    let saving = pod.saving(&object, "captf-plan-m-test").await;
+    let saving: Vec<&str> = saving.iter().map(String::as_str).collect();
+    let plan = run(&pod, &object, "plan", &saving).await;
     plan.assert_ok();
+    let report = plan.result.plan.as_ref().unwrap();
+    assert_eq!((report.add, report.change, report.destroy), (0, 1, 0));
     assert_eq!(plan.step_names(), ["init", "validate", "plan", "show"]);
     assert_eq!(lock_timeout_steps(&plan), ["init", "plan"]);
     assert_eq!(plan.exit_code("plan"), 0);
