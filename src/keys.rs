@@ -48,7 +48,17 @@ pub const RESTORE_STATE: &str = "captf.io/restore-state";
 /// act for this very object, never one copied from another.
 pub const ABANDON: &str = "captf.io/abandon-infrastructure";
 
+/// On a TerraformCluster: approves the destructive guarded apply of the
+/// inputs with this hash (ref §2.1); removed once that apply succeeded.
+pub const APPROVE_DESTRUCTIVE_PLAN: &str = "captf.io/approve-destructive-plan";
+/// On a TerraformCluster with applyPolicy Manual: approves the saved plan
+/// with this hash (ref §2.1); removed once that plan is applied.
+pub const APPROVE_PLAN: &str = "captf.io/approve-plan";
+
 // Annotations CAPTF sets and reads (ref §2.2).
+
+/// On an approved apply Job: the plan hash it must reproduce.
+pub const APPROVED_PLAN: &str = "captf.io/approved-plan";
 
 /// The inputs hash: of the apply a Job runs, of the state's last
 /// successful apply (base state Secret), of the durable inputs, and of the

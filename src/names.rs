@@ -279,6 +279,12 @@ pub fn plan_key(kind: Kind, name: &str) -> String {
     shortened(&format!("captf-plankey-{}-", kind.short()), name)
 }
 
+/// The saved plan between a plan Job and its approved apply,
+/// `captf-plan-<ks>-<name>` (beside the plan key; CONTRACT.md names none).
+pub fn plan_secret(kind: Kind, name: &str) -> String {
+    shortened(&format!("captf-plan-{}-", kind.short()), name)
+}
+
 /// `<prefix><name>`, or `<prefix><first 16 hex of sha256(name)>` when that
 /// would not be a valid object name length.
 fn shortened(prefix: &str, name: &str) -> String {

@@ -546,6 +546,7 @@ async fn apply_job(t: &Setup, module: &str, machine: &str, inputs: &RenderedInpu
         force_unlock: None,
         inputs,
         restore: None,
+        mode: builder::ApplyMode::Direct,
     });
     let mut job = built.job;
     // No TerraformMachine exists here, and the garbage collector deletes

@@ -53,9 +53,10 @@ async fn five_failed_applies_leave_the_newest_two_and_the_newest_success() {
     .await;
 
     // Each new input starts an apply at once (no backoff for new inputs),
-    // and each one fails.
+    // and each one fails (at its plan: a cluster's re-apply is guarded, and
+    // a failure that replaces a resource would be blocked instead).
     for n in 1..=5 {
-        let patch = json!({"spec": {"variables": {"fail": true, "message": format!("m{n}")}}});
+        let patch = json!({"spec": {"variables": {"fail_plan": true, "message": format!("m{n}")}}});
         env.api::<TerraformCluster>()
             .patch("c", &PatchParams::default(), &Patch::Merge(&patch))
             .await

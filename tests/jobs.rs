@@ -164,6 +164,30 @@ impl Fixture {
         let settings = policy::resolve(Some(&policy), None);
         let attempt = NonZeroU32::new(self.attempts).unwrap();
         let hash6 = builder::hash6(&rendered.inputs_hash, op, attempt, 0);
+        if op == Op::Plan {
+            // What the manager provides a plan Job: its key and where the
+            // plan is saved.
+            let owner = k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                api_version: "v1".into(),
+                kind: "ConfigMap".into(),
+                name: "owner".into(),
+                uid: self.uid.clone(),
+                ..Default::default()
+            };
+            let secrets = Api::<Secret>::namespaced(self.client.clone(), &self.ns);
+            captf::jobs::plans::ensure(
+                &secrets,
+                &captf::jobs::plans::Owner {
+                    kind: Kind::Machine,
+                    namespace: &self.ns,
+                    name: &self.name,
+                    cluster_name: Some("c1"),
+                    owner: &owner,
+                },
+            )
+            .await
+            .unwrap();
+        }
         let mut built = builder::build(&JobRequest {
             kind: Kind::Machine,
             namespace: &self.ns,
@@ -181,6 +205,7 @@ impl Fixture {
             force_unlock: None,
             inputs: &rendered,
             restore,
+            mode: builder::ApplyMode::Direct,
         });
         // The stand-in owner is a ConfigMap.
         for o in built.job.metadata.owner_references.iter_mut().flatten() {

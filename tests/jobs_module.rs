@@ -556,6 +556,7 @@ async fn a_built_job_is_accepted_owned_and_collected() {
             chunk_secrets: &chunks,
             resources: 1,
         }),
+        mode: builder::ApplyMode::Direct,
     });
     let job = jobs
         .create(&PostParams::default(), &built.job)

@@ -11,6 +11,7 @@ use super::ledger::{JobEnd, Outcome};
 use crate::api::{LastRun, RunError, RunErrorKind, RunStep};
 use crate::metrics::JobResult;
 use crate::names::Op;
+use crate::runner::plan::PlanReport;
 use crate::runner::result::RunResult;
 
 /// What bookkeeping records for one finished Job.
@@ -22,6 +23,8 @@ pub struct Accounted {
     pub runtime_version: Option<String>,
     /// The `result` of `captf_jobs_total`.
     pub result: JobResult,
+    /// The plan the runner reported.
+    pub plan: Option<PlanReport>,
 }
 
 /// Status keeps at most 16 steps (the CRD's limit).
@@ -116,7 +119,11 @@ pub fn account(
     } else if counts_for_backoff {
         Outcome::Failed
     } else {
-        Outcome::Interrupted
+        match error.as_ref().map(|e| e.kind) {
+            Some(RunErrorKind::Blocked) => Outcome::Blocked,
+            Some(RunErrorKind::PlanChanged) => Outcome::PlanChanged,
+            _ => Outcome::Interrupted,
+        }
     };
     let condition = condition(op, end, error.as_ref(), job);
     Accounted {
@@ -129,6 +136,7 @@ pub fn account(
         },
         outcome,
         condition,
+        plan: document.as_ref().and_then(|d| d.plan.clone()),
         runtime_version: document
             .and_then(|d| d.runtime_version)
             .filter(|v| !v.is_empty() && v.len() <= 64),

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
+use super::ledger::Outcome;
 use crate::names::Op;
 
 /// What the state says, as far as the decision needs it.
@@ -23,6 +24,7 @@ pub enum StateFact {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finished {
     pub op: Op,
+    pub outcome: Outcome,
     pub succeeded: bool,
     /// Whether the failure counts towards backoff (an interruption does not).
     pub counts_for_backoff: bool,
@@ -212,6 +214,7 @@ mod tests {
     fn failed(secs: i64) -> Finished {
         Finished {
             op: Op::Apply,
+            outcome: Outcome::Failed,
             succeeded: false,
             counts_for_backoff: true,
             finished_at: at(secs),
@@ -230,6 +233,7 @@ mod tests {
     fn ok(secs: i64) -> Finished {
         Finished {
             op: Op::Apply,
+            outcome: Outcome::Succeeded,
             succeeded: true,
             counts_for_backoff: false,
             finished_at: at(secs),

@@ -228,6 +228,10 @@ mod tests {
     fn job(op: Op, succeeded: bool, secs: i64) -> Finished {
         Finished {
             op,
+            outcome: match succeeded {
+                true => crate::controllers::ledger::Outcome::Succeeded,
+                false => crate::controllers::ledger::Outcome::Failed,
+            },
             succeeded,
             counts_for_backoff: !succeeded,
             finished_at: at(secs),

@@ -45,8 +45,13 @@ pub enum Outcome {
     Succeeded,
     /// Counts towards the retry backoff (ref §8.4).
     Failed,
-    /// Retried without backoff: interrupted, blocked, plan-changed.
+    /// Retried without backoff.
     Interrupted,
+    /// A guarded apply stopped before a delete or a replace; not counted
+    /// for backoff, and not retried until approved or the inputs change.
+    Blocked,
+    /// An approved apply found another plan; not counted for backoff.
+    PlanChanged,
 }
 
 impl Outcome {
@@ -56,20 +61,29 @@ impl Outcome {
             Outcome::Succeeded => "succeeded",
             Outcome::Failed => "failed",
             Outcome::Interrupted => "interrupted",
+            Outcome::Blocked => "blocked",
+            Outcome::PlanChanged => "plan-changed",
         }
     }
 
     /// A value this manager wrote; anything else was not.
     pub fn parse(s: &str) -> Option<Outcome> {
-        [Outcome::Succeeded, Outcome::Failed, Outcome::Interrupted]
-            .into_iter()
-            .find(|o| o.as_str() == s)
+        [
+            Outcome::Succeeded,
+            Outcome::Failed,
+            Outcome::Interrupted,
+            Outcome::Blocked,
+            Outcome::PlanChanged,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
     }
 
     /// `job` of `op`, ended at `at` with this outcome.
     pub fn finished(self, job: &Job, op: Op, at: Timestamp) -> Finished {
         Finished {
             op,
+            outcome: self,
             succeeded: self == Outcome::Succeeded,
             counts_for_backoff: self == Outcome::Failed,
             finished_at: at,
@@ -272,7 +286,13 @@ pub(crate) mod tests {
 
     #[test]
     fn outcomes_round_trip_and_count_for_backoff_only_when_failed() {
-        for o in [Outcome::Succeeded, Outcome::Failed, Outcome::Interrupted] {
+        for o in [
+            Outcome::Succeeded,
+            Outcome::Failed,
+            Outcome::Interrupted,
+            Outcome::Blocked,
+            Outcome::PlanChanged,
+        ] {
             assert_eq!(Outcome::parse(o.as_str()), Some(o));
             let f = o.finished(&Job::default(), Op::Apply, at(0));
             assert_eq!(f.succeeded, o == Outcome::Succeeded);

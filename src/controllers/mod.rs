@@ -4,6 +4,7 @@
 //! bookkeeping, credentials' rules); `reconcile` gathers the facts, calls
 //! them and applies the outcome.
 
+pub mod approval;
 pub mod assessment;
 pub mod bookkeeping;
 pub mod conditions;
@@ -99,6 +100,8 @@ pub enum Error {
     Backup(#[source] crate::backups::BackupError),
     #[error("durable inputs: {0}")]
     Durable(#[source] crate::jobs::durable::DurableError),
+    #[error("plan Secrets: {0}")]
+    PlanSecrets(#[source] crate::jobs::plans::PlanSecretsError),
     #[error("credentials mirror: {0}")]
     Mirror(String),
     #[error("the object has no {0}")]
@@ -118,6 +121,7 @@ impl Categorized for Error {
             Error::Lock(e) => e.category(),
             Error::Backup(e) => e.category(),
             Error::Durable(e) => e.category(),
+            Error::PlanSecrets(e) => e.category(),
             // A conflict with another object's write, mostly: read again.
             Error::Mirror(_) => Category::Transient,
             Error::MissingMetadata(_) | Error::Encode(_) => Category::Invalid,

@@ -9,9 +9,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::approval;
 use crate::api::{
-    ApiEndpoint, TerraformCluster, TerraformMachine, TerraformMachinePool, WorkspaceSpec,
-    WorkspaceStatus,
+    ApiEndpoint, ApplyPolicy, TerraformCluster, TerraformMachine, TerraformMachinePool,
+    WorkspaceSpec, WorkspaceStatus,
 };
 use crate::keys::CLUSTER_NAME_LABEL;
 use crate::names::Kind;
@@ -51,6 +52,11 @@ pub trait Workload:
         None
     }
 
+    /// How its applies are gated (ref §8.2): only a TerraformCluster's are.
+    fn approval(&self) -> approval::Policy {
+        approval::Policy::None
+    }
+
     /// The Cluster API cluster it belongs to, from its cluster-name label.
     fn cluster_name(&self) -> Option<&str> {
         self.meta()
@@ -87,6 +93,13 @@ impl Workload for TerraformCluster {
 
     fn own_endpoint(&self) -> Option<&ApiEndpoint> {
         self.spec.control_plane_endpoint.as_ref()
+    }
+
+    fn approval(&self) -> approval::Policy {
+        match self.spec.apply_policy.unwrap_or_default() {
+            ApplyPolicy::Automatic => approval::Policy::Guarded,
+            ApplyPolicy::Manual => approval::Policy::Manual,
+        }
     }
 
     fn workspace(&self) -> &WorkspaceSpec {

@@ -352,6 +352,7 @@ mod tests {
             force_unlock: None,
             inputs: &inputs,
             restore: None,
+            mode: builder::ApplyMode::Direct,
         });
         let (mut job, mut secret) = (built.job, built.run_secret);
         relocate(&mut job, &mut secret, "captf-system", "team-a", "uid-1");

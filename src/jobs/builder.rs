@@ -20,6 +20,7 @@ use super::inputs::{
     BACKEND_ONLY_MAIN_TF_JSON, EMPTY_TFVARS_JSON, MAIN_TF_JSON, RenderedInputs, TFVARS_JSON,
 };
 use super::owner_labels;
+use super::plans;
 use super::policy::{JobSettings, quantities, runtime_default_seccomp};
 use crate::api::{GROUP, ImagePullPolicy, VERSION};
 use crate::error::{Categorized, Category};
@@ -49,6 +50,8 @@ const WORK_DIR: &str = "/captf/work";
 const TMP_DIR: &str = "/tmp";
 const CONFIG_DIR: &str = "/captf/config";
 const CREDENTIALS_DIR: &str = "/var/run/captf/credentials";
+const PLAN_KEY_DIR: &str = "/captf/plan-key";
+const PLAN_KEY_VOLUME: &str = "plan-key";
 const TERMINATION_LOG: &str = "/dev/termination-log";
 
 /// A restore's backup: its chunk Secrets in order, and the managed resource
@@ -57,6 +60,19 @@ const TERMINATION_LOG: &str = "/dev/termination-log";
 pub struct RestoreRequest<'a> {
     pub chunk_secrets: &'a [String],
     pub resources: u64,
+}
+
+/// How an apply runs (book: inside-the-job.md "Steps by operation").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApplyMode<'a> {
+    /// validate, apply -auto-approve: a first apply, machines and pools.
+    Direct,
+    /// A TerraformCluster's guarded apply: plan, show, then the saved plan,
+    /// which stops before a delete or replace unless that was approved.
+    Guarded { allow_destructive: bool },
+    /// A TerraformCluster's approved apply (applyPolicy Manual): the saved
+    /// plan with this hash, and nothing else.
+    Approved { plan_hash: &'a str },
 }
 
 /// Everything one runner Job is built from.
@@ -83,6 +99,17 @@ pub struct JobRequest<'a> {
     /// The rendered root; a restore runs a backend-only root instead.
     pub inputs: &'a RenderedInputs,
     pub restore: Option<RestoreRequest<'a>>,
+    /// How an apply runs; other operations ignore it.
+    pub mode: ApplyMode<'a>,
+}
+
+impl JobRequest<'_> {
+    /// Whether the Job saves or applies a saved plan, and so mounts the
+    /// plan key: a plan and an approved apply, nothing else.
+    fn saves_plan(&self) -> bool {
+        self.op == Op::Plan
+            || self.op == Op::Apply && matches!(self.mode, ApplyMode::Approved { .. })
+    }
 }
 
 /// A Job and the per-run Secret it mounts, not yet created.
@@ -114,6 +141,23 @@ pub fn build(req: &JobRequest) -> BuiltJob {
         mount("tmp", TMP_DIR, false),
         mount("config", CONFIG_DIR, true),
     ];
+    if req.saves_plan() {
+        volumes.push(Volume {
+            name: PLAN_KEY_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(names::plan_key(req.kind, req.name)),
+                default_mode: Some(SECRET_MODE),
+                items: Some(vec![KeyToPath {
+                    key: plans::KEY.into(),
+                    path: plans::KEY.into(),
+                    mode: None,
+                }]),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        });
+        mounts.push(mount(PLAN_KEY_VOLUME, PLAN_KEY_DIR, true));
+    }
     let mut env_from = None;
     if let Some(identity) = req.identity {
         let mirror = names::credentials_mirror(identity);
@@ -300,6 +344,27 @@ fn runner_args(req: &JobRequest, job_name: &str) -> Vec<String> {
         args.push(format!("--restore-chunks={}", restore.chunk_secrets.len()));
         args.push(format!("--restore-resources={}", restore.resources));
     }
+    if req.op == Op::Apply {
+        match req.mode {
+            ApplyMode::Direct => {}
+            ApplyMode::Guarded { allow_destructive } => {
+                args.push("--guarded".into());
+                if allow_destructive {
+                    args.push("--allow-destructive".into());
+                }
+            }
+            ApplyMode::Approved { plan_hash } => {
+                args.push(format!("--approved-plan={plan_hash}"));
+            }
+        }
+    }
+    if req.saves_plan() {
+        args.push(format!(
+            "--plan-secret={}",
+            names::plan_secret(req.kind, req.name)
+        ));
+        args.push(format!("--inputs-hash={}", req.inputs.inputs_hash));
+    }
     args
 }
 
@@ -475,6 +540,7 @@ mod tests {
         force_unlock: Option<&'static str>,
         pull: Option<ImagePullPolicy>,
         restore: Option<(Vec<String>, u64)>,
+        mode: ApplyMode<'static>,
     }
 
     impl Default for Case {
@@ -490,6 +556,7 @@ mod tests {
                 force_unlock: None,
                 pull: None,
                 restore: None,
+                mode: ApplyMode::Direct,
             }
         }
     }
@@ -522,6 +589,7 @@ mod tests {
             force_unlock: case.force_unlock,
             inputs: &inputs,
             restore,
+            mode: case.mode,
         })
     }
 
@@ -1155,6 +1223,107 @@ mod tests {
                 "{op:?}"
             );
             assert_eq!(args(&built)[0], format!("--op={}", op.as_str()));
+        }
+    }
+
+    #[test]
+    fn apply_modes_and_the_plan_key() {
+        let cluster = |op, mode| Case {
+            kind: Kind::Cluster,
+            name: "prod",
+            cluster: None,
+            op,
+            mode,
+            ..Case::default()
+        };
+        let plan_flags = |built: &BuiltJob| -> Vec<String> {
+            args(built)
+                .iter()
+                .filter(|a| {
+                    [
+                        "--guarded",
+                        "--allow",
+                        "--approved",
+                        "--plan-",
+                        "--inputs-hash",
+                    ]
+                    .iter()
+                    .any(|p| a.starts_with(p))
+                })
+                .cloned()
+                .collect()
+        };
+        let key_mounted = |built: &BuiltJob| {
+            let mounted = source(built)
+                .volume_mounts
+                .as_ref()
+                .unwrap()
+                .iter()
+                .any(|m| m.name == PLAN_KEY_VOLUME && m.mount_path == PLAN_KEY_DIR);
+            let volume = pod(built)
+                .volumes
+                .as_ref()
+                .unwrap()
+                .iter()
+                .find(|v| v.name == PLAN_KEY_VOLUME)
+                .and_then(|v| v.secret.clone());
+            assert_eq!(mounted, volume.is_some());
+            volume.map(|v| v.secret_name.unwrap())
+        };
+        let hash = rendered(Kind::Cluster, "prod", None).inputs_hash;
+        // (op, mode, flags, plan key mounted)
+        for (op, mode, flags, key) in [
+            (Op::Apply, ApplyMode::Direct, vec![], false),
+            (
+                Op::Apply,
+                ApplyMode::Guarded {
+                    allow_destructive: false,
+                },
+                vec!["--guarded".to_string()],
+                false,
+            ),
+            (
+                Op::Apply,
+                ApplyMode::Guarded {
+                    allow_destructive: true,
+                },
+                vec!["--guarded".into(), "--allow-destructive".into()],
+                false,
+            ),
+            (
+                Op::Apply,
+                ApplyMode::Approved { plan_hash: "p1:ab" },
+                vec![
+                    "--approved-plan=p1:ab".into(),
+                    "--plan-secret=captf-plan-c-prod".into(),
+                    format!("--inputs-hash={hash}"),
+                ],
+                true,
+            ),
+            (
+                Op::Plan,
+                ApplyMode::Direct,
+                vec![
+                    "--plan-secret=captf-plan-c-prod".into(),
+                    format!("--inputs-hash={hash}"),
+                ],
+                true,
+            ),
+            // Only an apply has a mode.
+            (
+                Op::Destroy,
+                ApplyMode::Approved { plan_hash: "p1:ab" },
+                vec![],
+                false,
+            ),
+        ] {
+            let built = build_case(&cluster(op, mode));
+            assert_eq!(plan_flags(&built), flags, "{op:?} {mode:?}");
+            assert_eq!(
+                key_mounted(&built).as_deref(),
+                key.then_some("captf-plankey-c-prod"),
+                "{op:?} {mode:?}"
+            );
         }
     }
 

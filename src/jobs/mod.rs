@@ -14,6 +14,7 @@ pub mod builder;
 pub mod durable;
 pub mod inputs;
 pub mod leases;
+pub mod plans;
 pub mod policy;
 pub mod rbac;
 pub mod variables;

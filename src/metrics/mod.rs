@@ -407,6 +407,22 @@ impl Metrics {
             .inc();
     }
 
+    /// An approved plan's apply started, or found another plan:
+    /// `captf_plan_approvals_total`.
+    pub fn plan_approval(&self, kind: Kind, result: ApprovalResult) {
+        self.plan_approvals
+            .get_or_create(&ApprovalLabels { kind, result })
+            .inc();
+    }
+
+    /// An approved destructive apply succeeded and its approval went:
+    /// `captf_destructive_plan_approvals_consumed_total`.
+    pub fn destructive_approval_consumed(&self, kind: Kind) {
+        self.destructive_plan_approvals_consumed
+            .get_or_create(&KindLabels { kind })
+            .inc();
+    }
+
     /// A wait for a lease began: `captf_lease_waits_total`.
     pub fn lease_wait(&self, kind: Kind, reason: LeaseWait) {
         self.lease_waits

@@ -136,6 +136,10 @@ pub async fn act<K: Workload>(
             Count::StateReadError(reason) => ctx.metrics.state_read_error(K::KIND, reason),
             Count::Backups(result, n) => ctx.metrics.state_backups(K::KIND, result, n),
             Count::Restore(result) => ctx.metrics.state_restore(K::KIND, result),
+            Count::PlanApproval(result) => ctx.metrics.plan_approval(K::KIND, result),
+            Count::DestructiveApprovalConsumed => {
+                ctx.metrics.destructive_approval_consumed(K::KIND)
+            }
         }
     }
     Ok(match plan.requeue {

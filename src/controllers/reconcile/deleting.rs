@@ -168,6 +168,7 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             reason: JobReason::Deleting,
             restore: None,
             jobs,
+            mode: crate::jobs::builder::ApplyMode::Direct,
         },
     );
     // next() destroys in a namespace being deleted only when check() let it.
@@ -190,7 +191,8 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
 
 /// Cleanup (ref §8.6), in order, each step idempotent so that a pass cut
 /// short anywhere is finished by the next: the state Secrets and the lock
-/// Lease; the durable inputs Secret; the run lease and a cluster's write
+/// Lease; the durable inputs Secret; a cluster's plan key and saved plan;
+/// the run lease and a cluster's write
 /// lease; the object's share of the credentials mirror; the finalizer.
 /// Backups are left to the garbage collector, with the object.
 fn cleanup<K: Workload>(obj: &K, o: &Object, rest: &Rest, jobs: &[Job], why: Why, plan: &mut Plan) {
@@ -207,6 +209,12 @@ fn cleanup<K: Workload>(obj: &K, o: &Object, rest: &Rest, jobs: &[Job], why: Why
         .push(Write::DeleteLock(names::state_lock_lease(&o.suffix)));
     if let Some(uid) = rest.durable.as_ref().and_then(|d| d.metadata.uid.clone()) {
         plan.writes.push(Write::DeleteDurable { uid });
+    }
+    if K::KIND == Kind::Cluster {
+        plan.writes.push(Write::DeleteSecrets(vec![
+            names::plan_key(K::KIND, &o.name),
+            names::plan_secret(K::KIND, &o.name),
+        ]));
     }
     let mut leases = vec![names::run_lease(&o.suffix)];
     if let (Kind::Cluster, Some(cluster)) = (K::KIND, obj.cluster_name()) {

@@ -24,6 +24,7 @@ use crate::jobs::away;
 use crate::jobs::builder;
 use crate::jobs::durable;
 use crate::jobs::leases::{self, Acquired, Gate, JobState, LeaseRequest};
+use crate::jobs::plans;
 use crate::jobs::rbac;
 use crate::keys::BLOCK_MOVE;
 use crate::metrics::LeaseWait;
@@ -173,6 +174,20 @@ pub async fn launch<K: Workload>(
             return Err(Error::Kube(e));
         }
     }
+    if start.saves_plan {
+        let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace);
+        let owner = plans::Owner {
+            kind: K::KIND,
+            namespace: &o.namespace,
+            name: &o.name,
+            cluster_name: start.cluster_name.as_deref(),
+            owner: &o.owner,
+        };
+        if let Err(e) = plans::ensure(&secrets, &owner).await {
+            release(ctx, o, &start, &job_name).await?;
+            return Err(Error::PlanSecrets(e));
+        }
+    }
     if let Some(record) = start.durable.clone() {
         let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace);
         if let Err(e) = durable::write(&secrets, record, &o.uid).await {
@@ -220,6 +235,10 @@ pub async fn launch<K: Workload>(
     }
     if start.counts.force_unlock {
         ctx.metrics.force_unlock(K::KIND);
+    }
+    if start.counts.plan_approved {
+        ctx.metrics
+            .plan_approval(K::KIND, crate::metrics::ApprovalResult::Approved);
     }
     ctx.metrics.op_decided(
         K::KIND,

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
 
+use super::annotation;
+use super::approvals::{self, plan_preview};
 use super::common::{Common, Unrendered};
 use super::observe::Rest;
 use super::plan::{Plan, Requeue, Write};
@@ -13,10 +15,13 @@ use super::settle::Settled;
 use super::start;
 use super::{Object, Pass};
 use crate::backups::restore::{self, Request};
+use crate::controllers::approval::{self, Gated};
 use crate::controllers::conditions::{self, Cond, Status};
 use crate::controllers::decide::{self, Decision, Facts, JobReason};
 use crate::controllers::ledger;
 use crate::controllers::workload::Workload;
+use crate::jobs::builder::ApplyMode;
+use crate::keys::{APPROVE_DESTRUCTIVE_PLAN, APPROVE_PLAN};
 use crate::keys::{RESTORE_SERIAL, RESTORE_STATE};
 use crate::names::Op;
 
@@ -121,6 +126,50 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         Decision::Restore => (Op::Restore, JobReason::RestoreRequested),
         Decision::Apply(reason) => (Op::Apply, reason),
     };
+    let preview = plan_preview(plan);
+    let mode = match op {
+        Op::Apply => approval::gate(&approval::Facts {
+            policy: obj.approval(),
+            reason,
+            inputs_hash: &rendered.inputs_hash,
+            finished,
+            approve_destructive: annotation(obj, APPROVE_DESTRUCTIVE_PLAN),
+            approve_plan: annotation(obj, APPROVE_PLAN),
+            plan: preview.as_ref(),
+            failed_jobs_history_limit: c.settings.failed_jobs_history_limit,
+            now: plan.draft.now(),
+        }),
+        _ => Gated::Apply(ApplyMode::Direct),
+    };
+    let (op, mode) = match mode {
+        Gated::Apply(mode) => (op, mode),
+        Gated::Plan => (Op::Plan, ApplyMode::Direct),
+        Gated::PlanBackoff { wait, failures } => {
+            plan.logs.push(format!(
+                "plan due ({}) but backing off after {failures} failures",
+                reason.as_str()
+            ));
+            plan.requeue = Requeue::After(wait + Duration::from_secs(1));
+            return;
+        }
+        // ApplyJobSucceeded, set when the guarded apply stopped, says why.
+        Gated::Blocked => {
+            plan.requeue = Requeue::After(approval::APPROVAL_RECHECK);
+            return;
+        }
+        Gated::AwaitingApproval(waiting) => {
+            let told = matches!(
+                plan.draft.status_of(conditions::APPLY_JOB_SUCCEEDED),
+                Some((Status::Unknown, "PlanAwaitingApproval" | "PlanChanged"))
+            );
+            if !told {
+                plan.draft
+                    .set(approvals::awaiting(&o.namespace, &o.name, waiting));
+            }
+            plan.requeue = Requeue::After(approval::APPROVAL_RECHECK);
+            return;
+        }
+    };
     if c.paused {
         plan.logs.push(format!(
             "{} due ({}) but paused",
@@ -160,6 +209,7 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             reason,
             restore: restore.as_ref(),
             jobs,
+            mode,
         },
     );
     plan.writes.push(Write::Start(Box::new(start)));

@@ -11,6 +11,7 @@
 //! 4. act: the plan's writes in order, then one status write ([`act`]).
 
 mod act;
+mod approvals;
 mod common;
 mod deleting;
 mod dependencies;
@@ -252,6 +253,15 @@ fn decide<K: Workload>(
         plan.writes.push(Write::Unannotate { key: BLOCK_MOVE });
     }
     plan
+}
+
+/// The value of the annotation `key`.
+pub fn annotation<'a>(obj: &'a impl kube::Resource, key: &str) -> Option<&'a str> {
+    obj.meta()
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 /// Whether the object carries the annotation `key`.

@@ -17,7 +17,7 @@ use crate::controllers::credentials::MirrorWrite;
 use crate::controllers::deletion::Why;
 use crate::controllers::ledger::Outcome;
 use crate::jobs::leases::Gate;
-use crate::metrics::{BackupResult, JobResult, RestoreResult, StateReadError};
+use crate::metrics::{ApprovalResult, BackupResult, JobResult, RestoreResult, StateReadError};
 use crate::names::Op;
 
 /// The status a pass writes, and the condition transitions it made.
@@ -116,6 +116,8 @@ pub enum Count {
     StateReadError(StateReadError),
     Backups(BackupResult, u64),
     Restore(RestoreResult),
+    PlanApproval(ApprovalResult),
+    DestructiveApprovalConsumed,
 }
 
 /// One state chunk to adopt: its name and the resourceVersion it was read
@@ -158,6 +160,9 @@ pub struct Start {
     /// A destroy run from the manager's namespace: the Job is relocated
     /// there already.
     pub away: Option<Away>,
+    /// A plan or an approved apply: the plan key and the saved plan's
+    /// Secret must exist before the Job.
+    pub saves_plan: bool,
 }
 
 /// Where a Job away from its object's namespace runs, and the
@@ -175,6 +180,8 @@ pub struct StartCounts {
     pub reason: &'static str,
     pub force_unlock: bool,
     pub inputs_changed: bool,
+    /// An apply of an approved plan.
+    pub plan_approved: bool,
 }
 
 /// The writes of a pass, performed in order; the first failure ends them.

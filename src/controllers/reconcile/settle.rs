@@ -9,8 +9,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ContainerStateTerminated;
 use kube::ResourceExt;
 
-use super::Object;
 use super::plan::{Chunk, Count, Note, Plan, Write};
+use super::{Object, annotation, approvals};
 use crate::api::SourceStatus;
 use crate::controllers::bookkeeping;
 use crate::controllers::decide::Finished;
@@ -34,14 +34,6 @@ pub struct Settled {
     pub restored: Option<String>,
     /// An apply succeeded.
     pub applied: bool,
-}
-
-fn annotation<'a>(obj: &'a impl kube::Resource, key: &str) -> Option<&'a str> {
-    obj.meta()
-        .annotations
-        .as_ref()?
-        .get(key)
-        .map(String::as_str)
 }
 
 fn image_of(job: &Job) -> Option<String> {
@@ -113,9 +105,32 @@ pub fn settle<K: Workload>(
                 .get_or_insert_with(SourceStatus::default)
                 .runtime_version = Some(version.clone());
         }
-        plan.draft.set(a.condition.clone());
         plan.counts.push(Count::JobFinished(u.op, a.result));
         let op = u.op.as_str();
+        let summary = a
+            .last_run
+            .error
+            .as_ref()
+            .and_then(|e| e.summary.clone())
+            .unwrap_or_default();
+        let special = approvals::settle(
+            obj,
+            o,
+            (job, u.op, a.outcome),
+            a.plan.as_ref(),
+            &summary,
+            plan,
+        );
+        let note = match special {
+            Some(s) => {
+                plan.draft.set(s.condition);
+                Some(s.note)
+            }
+            None => {
+                plan.draft.set(a.condition.clone());
+                None
+            }
+        };
         if a.outcome == Outcome::Succeeded {
             if let Some(image) = image_of(job) {
                 plan.draft
@@ -124,20 +139,14 @@ pub fn settle<K: Workload>(
                     .get_or_insert_with(SourceStatus::default)
                     .image = Some(image);
             }
-            plan.notes.push(
-                Note::normal("JobSucceeded", format!("{op} Job {name} succeeded")).about(job),
-            );
+            plan.notes.push(note.unwrap_or_else(|| {
+                Note::normal("JobSucceeded", format!("{op} Job {name} succeeded")).about(job)
+            }));
             succeeded(obj, o, u.op, job, snapshot, plan, &mut settled);
         } else {
-            let summary = a
-                .last_run
-                .error
-                .as_ref()
-                .and_then(|e| e.summary.clone())
-                .unwrap_or_default();
-            plan.notes.push(
-                Note::warning("JobFailed", format!("{op} Job {name} failed: {summary}")).about(job),
-            );
+            plan.notes.push(note.unwrap_or_else(|| {
+                Note::warning("JobFailed", format!("{op} Job {name} failed: {summary}")).about(job)
+            }));
             if u.op == Op::Restore {
                 plan.counts.push(Count::Restore(RestoreResult::Failed));
                 plan.notes.push(

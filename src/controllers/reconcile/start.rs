@@ -14,12 +14,12 @@ use crate::controllers::Settings;
 use crate::controllers::conditions;
 use crate::controllers::decide::JobReason;
 use crate::controllers::workload::Workload;
-use crate::jobs::builder::{self, JobRequest, RestoreRequest};
+use crate::jobs::builder::{self, ApplyMode, JobRequest, RestoreRequest};
 use crate::jobs::durable;
 use crate::jobs::inputs::RenderedInputs;
 use crate::jobs::leases;
 use crate::jobs::policy::JobSettings;
-use crate::keys::{INPUTS_HASH, RESTORE_SERIAL};
+use crate::keys::{APPROVED_PLAN, INPUTS_HASH, RESTORE_SERIAL};
 use crate::names::{self, Op};
 
 /// What a start is made from.
@@ -36,6 +36,8 @@ pub struct Request<'a> {
     pub restore: Option<&'a Push>,
     /// The object's Jobs, for the next attempt number.
     pub jobs: &'a [Job],
+    /// How an apply runs.
+    pub mode: ApplyMode<'a>,
 }
 
 pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<'_>) -> Start {
@@ -64,6 +66,7 @@ pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<
             chunk_secrets: &chunks,
             resources: p.resources,
         }),
+        mode: r.mode,
     });
     let mut job = built.job;
     let annotations = job.metadata.annotations.get_or_insert_default();
@@ -77,6 +80,13 @@ pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<
         None => {
             annotations.insert(INPUTS_HASH.into(), r.rendered.inputs_hash.clone());
         }
+    }
+    let approved = match (op, r.mode) {
+        (Op::Apply, ApplyMode::Approved { plan_hash }) => Some(plan_hash),
+        _ => None,
+    };
+    if let Some(hash) = approved {
+        annotations.insert(APPROVED_PLAN.into(), hash.to_owned());
     }
     // Written at the start, whether or not the apply succeeds: a destroy
     // must find what may have been created.
@@ -109,7 +119,7 @@ pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<
         ),
     ));
     let inputs_changed = r.reason == JobReason::InputsChanged;
-    let notes = match inputs_changed {
+    let mut notes = match inputs_changed {
         true => vec![Note::normal(
             "InputsChanged",
             format!(
@@ -119,6 +129,12 @@ pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<
         )],
         false => Vec::new(),
     };
+    if let Some(hash) = approved {
+        notes.push(Note::normal(
+            "PlanApproved",
+            format!("Job {job_name} applies the approved plan {hash}"),
+        ));
+    }
     Start {
         op,
         why: r.reason.as_str(),
@@ -144,7 +160,9 @@ pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<
             reason: r.reason.metric(),
             force_unlock: r.force_unlock.is_some(),
             inputs_changed,
+            plan_approved: approved.is_some(),
         },
         away: None,
+        saves_plan: op == Op::Plan || approved.is_some(),
     }
 }

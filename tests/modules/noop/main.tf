@@ -153,6 +153,35 @@ resource "terraform_data" "run" {
   }
 }
 
+# A failure at plan time, so at the apply's own planning or a guarded
+# apply's plan step: nothing is created or replaced.
+variable "fail_plan" {
+  type    = bool
+  default = false
+}
+
+resource "terraform_data" "precondition" {
+  count = var.fail_plan ? 1 : 0
+  lifecycle {
+    precondition {
+      condition     = !var.fail_plan
+      error_message = "the noop module was asked to fail its plan"
+    }
+  }
+}
+
+# A resource that a new generation replaces (a destructive change), absent
+# without one.
+variable "generation" {
+  type    = number
+  default = null
+}
+
+resource "terraform_data" "generation" {
+  count            = var.generation == null ? 0 : 1
+  triggers_replace = var.generation
+}
+
 # A destroy that fails while the file named by destroy_gate exists: the
 # resource exists only with a gate, and its destroy-time provisioner checks
 # the file (the executor runs pods on this host, so a test's temporary file

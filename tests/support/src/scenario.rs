@@ -34,6 +34,10 @@ use crate::manager::{Manager, install_crds, install_runner_role};
 pub const NOOP: &str = "captf.test/modules/noop:dev";
 /// The noop module in an image whose ENV tries to steer tofu.
 pub const POISONED: &str = "captf.test/modules/noop:poisoned-env";
+/// A copy of the noop module that a test may change under the same
+/// reference, as a module image republished under its tag would be
+/// ([`Env::mutable_module`]).
+pub const MUTABLE: &str = "captf.test/modules/mutable:dev";
 
 /// One test's world.
 pub struct Env {
@@ -49,6 +53,9 @@ pub struct Env {
     /// The executor of `away`, once [`Env::run_away_pods`] started it.
     pub away_executor: Option<Executor>,
     binary: PathBuf,
+    /// The module directory of [`MUTABLE`].
+    pub mutable_module: PathBuf,
+    _mutable: tempfile::TempDir,
 }
 
 /// A namespace with an identity that allows it (its Secret `creds` holds
@@ -81,7 +88,20 @@ pub async fn setup(binary: &str, prefix: &str, creds: &[(&str, &str)], extra: &[
         .await
         .unwrap();
     create_identity(&client, &identity, &ns, &ns).await;
-    let executor = Executor::start_in(client.clone(), plane, images(), &ns).await;
+    let mutable = tempfile::tempdir().unwrap();
+    let images = images();
+    let Some(Image::Module(noop)) = images.get(NOOP).cloned() else {
+        panic!("no {NOOP} image")
+    };
+    std::fs::copy(noop.module.join("main.tf"), mutable.path().join("main.tf")).unwrap();
+    let images = images.with_module(
+        MUTABLE,
+        crate::executor::ModuleImage {
+            module: mutable.path().to_owned(),
+            ..noop
+        },
+    );
+    let executor = Executor::start_in(client.clone(), plane, images, &ns).await;
     let away = crate::namespace(&client, &format!("{prefix}-mgr")).await;
     let manager = start_manager(Path::new(binary), &ns, &away, extra).await;
     Env {
@@ -93,6 +113,8 @@ pub async fn setup(binary: &str, prefix: &str, creds: &[(&str, &str)], extra: &[
         away,
         away_executor: None,
         binary: PathBuf::from(binary),
+        mutable_module: mutable.path().to_owned(),
+        _mutable: mutable,
     }
 }
 
