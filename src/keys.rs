@@ -57,6 +57,8 @@ pub const APPROVE_PLAN: &str = "captf.io/approve-plan";
 
 // Annotations CAPTF sets and reads (ref §2.2).
 
+/// On an apply Job that remediates drift.
+pub const DRIFT_REMEDIATION: &str = "captf.io/drift-remediation";
 /// On an approved apply Job: the plan hash it must reproduce.
 pub const APPROVED_PLAN: &str = "captf.io/approved-plan";
 

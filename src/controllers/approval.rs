@@ -132,6 +132,7 @@ mod tests {
             counts_for_backoff: outcome == Outcome::Failed,
             finished_at: at(secs),
             inputs_hash: Some(hash.into()),
+            remediation: false,
         }
     }
 

@@ -24,6 +24,10 @@ pub const AUTOSCALING_ACTIVE: &str = "AutoscalingActive";
 /// pools keep it from being destroyed.
 pub const DELETION_BLOCKED: &str = "DeletionBlocked";
 
+/// Negative polarity: True while a drift check's findings stand; never in
+/// Ready.
+pub const DRIFT_DETECTED: &str = "DriftDetected";
+
 pub const OUTPUTS_VALID: &str = "OutputsValid";
 pub const INFRASTRUCTURE_HEALTHY: &str = "InfrastructureHealthy";
 

@@ -32,6 +32,8 @@ pub struct Finished {
     /// The inputs hash an apply Job ran with, or the one a restored backup
     /// recorded (`captf.io/inputs-hash` on the Job).
     pub inputs_hash: Option<String>,
+    /// An apply that remediated drift (`captf.io/drift-remediation`).
+    pub remediation: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,15 +52,24 @@ pub struct Facts {
     /// `captf.io/restore-state` names a complete backup whose restore has
     /// not run yet: it goes before anything else (ref §8.2).
     pub restore_requested: bool,
+    /// Drift was found, the action is Remediate, and the remediation
+    /// failures since the last successful check stay below the cap.
+    pub remediate: bool,
 }
 
 /// Why a Job is due: mostly an apply, or a restore or a destroy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum JobReason {
+    /// Not an apply: a refresh the schedule calls for (ref §8.3).
+    Refresh(crate::controllers::schedule::Refresh),
+    /// Not an apply: the drift interval elapsed.
+    DriftInterval,
     NoState,
     NoInputsHash,
     InputsChanged,
     RetryFailed,
+    /// Drift was found and the action is Remediate.
+    Remediation,
     /// Not an apply: the `captf.io/restore-state` annotation asks for a
     /// restore, which goes first.
     RestoreRequested,
@@ -69,10 +80,13 @@ pub enum JobReason {
 impl JobReason {
     pub const fn as_str(self) -> &'static str {
         match self {
+            JobReason::Refresh(why) => why.as_str(),
+            JobReason::DriftInterval => "the drift interval elapsed",
             JobReason::NoState => "the object has no state yet",
             JobReason::NoInputsHash => "the state carries no inputs hash",
             JobReason::InputsChanged => "the inputs changed",
             JobReason::RetryFailed => "the last apply failed",
+            JobReason::Remediation => "drift was found and the action is Remediate",
             JobReason::RestoreRequested => "captf.io/restore-state asks for a restore",
             JobReason::Deleting => "the object is being deleted",
         }
@@ -81,10 +95,13 @@ impl JobReason {
     /// The `reason` label of `captf_reconcile_op_decisions_total`.
     pub const fn metric(self) -> &'static str {
         match self {
+            JobReason::Refresh(why) => why.metric(),
+            JobReason::DriftInterval => "drift_interval",
             JobReason::NoState => "no_state",
             JobReason::NoInputsHash => "no_inputs_hash",
             JobReason::InputsChanged => "inputs_changed",
             JobReason::RetryFailed => "retry_failed",
+            JobReason::Remediation => "drift_remediation",
             JobReason::RestoreRequested => "restore_requested",
             JobReason::Deleting => "deleting",
         }
@@ -142,11 +159,15 @@ pub fn decide(facts: &Facts) -> Decision {
     if facts.restore_requested {
         return Decision::Restore;
     }
+    // Retried: a failure, not a block, a changed plan or a remediation
+    // (ref §8.2 item 6), which have their own ways back.
     let newest_apply_failed = facts
         .finished
         .iter()
         .find(|f| f.op == Op::Apply)
-        .is_some_and(|f| !f.succeeded);
+        .is_some_and(|f| {
+            matches!(f.outcome, Outcome::Failed | Outcome::Interrupted) && !f.remediation
+        });
     let reason = match &facts.state {
         StateFact::Unreadable => return Decision::Idle,
         StateFact::NotFound => JobReason::NoState,
@@ -160,6 +181,7 @@ pub fn decide(facts: &Facts) -> Decision {
             match &facts.inputs_hash {
                 Some(current) if current != applied => JobReason::InputsChanged,
                 _ if newest_apply_failed => JobReason::RetryFailed,
+                _ if facts.remediate => JobReason::Remediation,
                 _ => return Decision::Idle,
             }
         }
@@ -219,6 +241,7 @@ mod tests {
             counts_for_backoff: true,
             finished_at: at(secs),
             inputs_hash: Some("h2:old".into()),
+            remediation: false,
         }
     }
 
@@ -238,6 +261,7 @@ mod tests {
             counts_for_backoff: false,
             finished_at: at(secs),
             inputs_hash: Some("h2:old".into()),
+            remediation: false,
         }
     }
 
@@ -250,6 +274,65 @@ mod tests {
             failed_jobs_history_limit: 3,
             now: at(now),
             restore_requested: false,
+            remediate: false,
+        }
+    }
+
+    #[test]
+    fn remediation_and_what_is_not_retried() {
+        let applied = || StateFact::Read {
+            inputs_hash: Some("h2:new".into()),
+        };
+        let remediating = |f: Facts| Facts {
+            remediate: true,
+            ..f
+        };
+        let outcome = |o: Outcome, remediation: bool| Finished {
+            outcome: o,
+            succeeded: o == Outcome::Succeeded,
+            counts_for_backoff: o == Outcome::Failed,
+            remediation,
+            inputs_hash: Some("h2:new".into()),
+            ..failed(-30)
+        };
+        // (case, facts, decision)
+        for (case, f, want) in [
+            (
+                "drift to remediate",
+                remediating(facts(applied(), vec![], 0)),
+                Decision::Apply(JobReason::Remediation),
+            ),
+            (
+                "a failed remediation is not retried as a failure",
+                facts(applied(), vec![outcome(Outcome::Failed, true)], 0),
+                Decision::Idle,
+            ),
+            (
+                "a blocked apply is not a failure",
+                facts(applied(), vec![outcome(Outcome::Blocked, false)], 0),
+                Decision::Idle,
+            ),
+            (
+                "a changed plan is not a failure",
+                facts(applied(), vec![outcome(Outcome::PlanChanged, false)], 0),
+                Decision::Idle,
+            ),
+            (
+                "an interrupted apply is retried at once",
+                facts(applied(), vec![outcome(Outcome::Interrupted, false)], 0),
+                Decision::Apply(JobReason::RetryFailed),
+            ),
+            (
+                "a failure goes first, and waits its backoff",
+                remediating(facts(applied(), vec![outcome(Outcome::Failed, false)], 0)),
+                Decision::Backoff {
+                    reason: JobReason::RetryFailed,
+                    wait: Duration::from_secs(30),
+                    failures: 1,
+                },
+            ),
+        ] {
+            assert_eq!(decide(&f), want, "{case}");
         }
     }
 

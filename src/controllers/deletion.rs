@@ -236,6 +236,7 @@ mod tests {
             counts_for_backoff: !succeeded,
             finished_at: at(secs),
             inputs_hash: None,
+            remediation: false,
         }
     }
 

@@ -7,7 +7,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::jiff::Timestamp;
 
 use super::decide::Finished;
-use crate::keys::{ATTEMPT_LABEL, BOOKKEPT, INPUTS_HASH, OP_LABEL};
+use crate::keys::{ATTEMPT_LABEL, BOOKKEPT, DRIFT_REMEDIATION, INPUTS_HASH, OP_LABEL};
 use crate::names::Op;
 
 /// How a Job ended, from its own status.
@@ -93,6 +93,11 @@ impl Outcome {
                 .as_ref()
                 .and_then(|a| a.get(INPUTS_HASH))
                 .cloned(),
+            remediation: job
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(DRIFT_REMEDIATION)),
         }
     }
 }

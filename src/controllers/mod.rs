@@ -14,6 +14,7 @@ pub mod deletion;
 pub mod history;
 pub mod ledger;
 mod reconcile;
+pub mod schedule;
 pub mod sweep;
 pub mod workload;
 
@@ -72,6 +73,9 @@ pub struct Settings {
     pub watch_filter: Option<String>,
     pub sync_period: Duration,
     pub concurrency: Concurrency,
+    /// `--drift-default-interval`: the drift interval of objects that set
+    /// none and inherit none.
+    pub drift_default_interval: Duration,
 }
 
 #[derive(Clone, Copy, Debug)]

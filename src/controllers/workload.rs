@@ -11,8 +11,8 @@ use serde_json::{Map, Value};
 
 use super::approval;
 use crate::api::{
-    ApiEndpoint, ApplyPolicy, TerraformCluster, TerraformMachine, TerraformMachinePool,
-    WorkspaceSpec, WorkspaceStatus,
+    ApiEndpoint, ApplyPolicy, DriftAction, TerraformCluster, TerraformMachine,
+    TerraformMachinePool, WorkspaceSpec, WorkspaceStatus,
 };
 use crate::keys::CLUSTER_NAME_LABEL;
 use crate::names::Kind;
@@ -49,6 +49,17 @@ pub trait Workload:
 
     /// A TerraformCluster's own `spec.controlPlaneEndpoint`.
     fn own_endpoint(&self) -> Option<&ApiEndpoint> {
+        None
+    }
+
+    /// Its own drift interval, as set, and its drift action: Report unless
+    /// the kind has an action and it says Remediate (ref §1.2).
+    fn drift(&self) -> (Option<i64>, DriftAction) {
+        (None, DriftAction::Report)
+    }
+
+    /// A pool's `membershipRefreshIntervalSeconds`.
+    fn membership_interval(&self) -> Option<i64> {
         None
     }
 
@@ -95,6 +106,14 @@ impl Workload for TerraformCluster {
         self.spec.control_plane_endpoint.as_ref()
     }
 
+    fn drift(&self) -> (Option<i64>, DriftAction) {
+        let d = self.spec.drift.as_ref();
+        (
+            d.and_then(|d| d.interval_seconds),
+            d.and_then(|d| d.action).unwrap_or_default(),
+        )
+    }
+
     fn approval(&self) -> approval::Policy {
         match self.spec.apply_policy.unwrap_or_default() {
             ApplyPolicy::Automatic => approval::Policy::Guarded,
@@ -130,6 +149,11 @@ impl Workload for TerraformMachine {
     const KIND: Kind = Kind::Machine;
     const MUTABLE: bool = false;
 
+    fn drift(&self) -> (Option<i64>, DriftAction) {
+        let interval = self.spec.drift.as_ref().and_then(|d| d.interval_seconds);
+        (interval, DriftAction::Report)
+    }
+
     fn workspace(&self) -> &WorkspaceSpec {
         &self.spec.workspace
     }
@@ -153,6 +177,18 @@ impl Workload for TerraformMachinePool {
 
     const KIND: Kind = Kind::MachinePool;
     const MUTABLE: bool = true;
+
+    fn drift(&self) -> (Option<i64>, DriftAction) {
+        let d = self.spec.drift.as_ref();
+        (
+            d.and_then(|d| d.interval_seconds),
+            d.and_then(|d| d.action).unwrap_or_default(),
+        )
+    }
+
+    fn membership_interval(&self) -> Option<i64> {
+        self.spec.membership_refresh_interval_seconds
+    }
 
     fn workspace(&self) -> &WorkspaceSpec {
         &self.spec.workspace

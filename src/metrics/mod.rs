@@ -23,6 +23,8 @@ mod labels;
 
 pub use labels::*;
 
+use crate::api::WorkspaceStatus;
+use crate::controllers::conditions::{DRIFT_DETECTED, INFRASTRUCTURE_HEALTHY, READY};
 use crate::names::{Kind, Op};
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -379,6 +381,47 @@ impl Metrics {
         }
     }
 
+    /// The object's conditions as written: `captf_ready` and
+    /// `captf_infrastructure_healthy` (1 True, 0 False, −1 Unknown) and
+    /// `captf_drift_detected` (1 while drift stands, else 0); a condition
+    /// the object does not have has no series.
+    pub fn conditions(&self, kind: Kind, namespace: &str, name: &str, status: &WorkspaceStatus) {
+        let object = ObjectLabels::new(kind, namespace, name);
+        let of = |type_: &str| {
+            status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == type_)
+                .map(|c| c.status.as_str())
+        };
+        let tri = |s: &str| match s {
+            "True" => 1,
+            "False" => 0,
+            _ => -1,
+        };
+        for (family, value) in [
+            (&self.ready, of(READY).map(tri)),
+            (
+                &self.infrastructure_healthy,
+                of(INFRASTRUCTURE_HEALTHY).map(tri),
+            ),
+            (
+                &self.drift_detected,
+                of(DRIFT_DETECTED).map(|s| i64::from(s == "True")),
+            ),
+        ] {
+            match value {
+                Some(v) => {
+                    family.get_or_create(&object).set(v);
+                }
+                None => {
+                    family.remove(&object);
+                }
+            }
+        }
+    }
+
     /// The state turned unreadable, lost or locked: `captf_state_read_errors_total`.
     pub fn state_read_error(&self, kind: Kind, reason: StateReadError) {
         self.state_read_errors
@@ -421,6 +464,23 @@ impl Metrics {
         self.destructive_plan_approvals_consumed
             .get_or_create(&KindLabels { kind })
             .inc();
+    }
+
+    /// A drift check found changes: `captf_drift_resources_total`.
+    pub fn drift_found(&self, kind: Kind, add: i32, change: i32, destroy: i32) {
+        for (action, n) in [
+            (ResourceAction::Add, add),
+            (ResourceAction::Change, change),
+            (ResourceAction::Destroy, destroy),
+        ] {
+            if let Ok(n) = u64::try_from(n)
+                && n > 0
+            {
+                self.drift_resources
+                    .get_or_create(&DriftLabels { kind, action })
+                    .inc_by(n);
+            }
+        }
     }
 
     /// A wait for a lease began: `captf_lease_waits_total`.

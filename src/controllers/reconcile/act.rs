@@ -102,6 +102,8 @@ pub async fn act<K: Workload>(
     if obj.workspace_status() != Some(&plan.draft.status) || obj.kind_status() != plan.kind_status {
         apply_status::<K>(ctx, o, &plan).await?;
     }
+    ctx.metrics
+        .conditions(K::KIND, &o.namespace, &o.name, &plan.draft.status);
     for t in &plan.draft.transitions {
         if let Some(note) = super::condition_note(t) {
             record(ctx, obj, o, &note).await;
@@ -140,6 +142,11 @@ pub async fn act<K: Workload>(
             Count::DestructiveApprovalConsumed => {
                 ctx.metrics.destructive_approval_consumed(K::KIND)
             }
+            Count::Drift {
+                add,
+                change,
+                destroy,
+            } => ctx.metrics.drift_found(K::KIND, add, change, destroy),
         }
     }
     Ok(match plan.requeue {

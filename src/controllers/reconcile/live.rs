@@ -9,6 +9,7 @@ use k8s_openapi::api::batch::v1::Job;
 use super::annotation;
 use super::approvals::{self, plan_preview};
 use super::common::{Common, Unrendered};
+use super::drift;
 use super::observe::Rest;
 use super::plan::{Plan, Requeue, Write};
 use super::settle::Settled;
@@ -70,6 +71,26 @@ fn restore_due<K: Workload>(
     }
 }
 
+/// The refresh or drift check the schedule calls for now, unless its
+/// failures back off; only from a readable state.
+fn scheduled<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) -> Option<(Op, JobReason)> {
+    if !matches!(c.assessment.fact, decide::StateFact::Read { .. }) {
+        return None;
+    }
+    let (op, reason) = drift::due(p, plan)?;
+    let limit = c.settings.failed_jobs_history_limit;
+    if let Some((wait, failures)) = decide::backing_off(p.finished, op, limit, plan.draft.now()) {
+        plan.logs.push(format!(
+            "{} due ({}) but backing off after {failures} failures",
+            op.as_str(),
+            reason.as_str()
+        ));
+        plan.requeue = Requeue::After(wait + Duration::from_secs(1));
+        return None;
+    }
+    Some((op, reason))
+}
+
 pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
     let Pass {
         obj,
@@ -108,9 +129,13 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         failed_jobs_history_limit: c.settings.failed_jobs_history_limit,
         now: plan.draft.now(),
         restore_requested: restore.is_some(),
+        remediate: drift::remediate(p, c, plan),
     });
     let (op, reason) = match decision {
-        Decision::Idle => return,
+        Decision::Idle => match scheduled(p, c, plan) {
+            Some(due) => due,
+            None => return,
+        },
         Decision::Backoff {
             wait,
             failures,
@@ -141,9 +166,9 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         }),
         _ => Gated::Apply(ApplyMode::Direct),
     };
-    let (op, mode) = match mode {
-        Gated::Apply(mode) => (op, mode),
-        Gated::Plan => (Op::Plan, ApplyMode::Direct),
+    let (op, mode, reason) = match mode {
+        Gated::Apply(mode) => (op, mode, reason),
+        Gated::Plan => (Op::Plan, ApplyMode::Direct, reason),
         Gated::PlanBackoff { wait, failures } => {
             plan.logs.push(format!(
                 "plan due ({}) but backing off after {failures} failures",
@@ -153,9 +178,16 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             return;
         }
         // ApplyJobSucceeded, set when the guarded apply stopped, says why.
+        // A blocked remediation does not keep drift checks from running.
         Gated::Blocked => {
             plan.requeue = Requeue::After(approval::APPROVAL_RECHECK);
-            return;
+            if reason != JobReason::Remediation {
+                return;
+            }
+            match scheduled(p, c, plan) {
+                Some((op, why)) => (op, ApplyMode::Direct, why),
+                None => return,
+            }
         }
         Gated::AwaitingApproval(waiting) => {
             let told = matches!(
@@ -192,6 +224,14 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             Status::Unknown,
             "NoApplyYet",
             "no apply has run yet",
+        ));
+    }
+    if reason == JobReason::Remediation {
+        plan.draft.set(Cond::new(
+            conditions::DRIFT_DETECTED,
+            Status::True,
+            "DriftRemediating",
+            "a remediation apply runs",
         ));
     }
     let image = obj.workspace().source.image.clone();

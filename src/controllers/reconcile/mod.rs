@@ -15,6 +15,7 @@ mod approvals;
 mod common;
 mod deleting;
 mod dependencies;
+mod drift;
 mod launch;
 mod live;
 mod mapping;
@@ -227,6 +228,17 @@ fn decide<K: Workload>(
     let c = common::steps(&pass, &mut plan);
     match deleting {
         false => {
+            let succeeded = |op: names::Op| {
+                settled
+                    .finished
+                    .iter()
+                    .find(|f| f.op == op && f.succeeded)
+                    .map(|f| f.finished_at)
+            };
+            let sampled = [names::Op::Apply, names::Op::Refresh, names::Op::Drift]
+                .into_iter()
+                .any(|op| succeeded(op).is_some());
+            drift::sample::<K>(succeeded(names::Op::Apply), sampled, &mut plan);
             live::plan(&pass, &c, &mut plan);
             // Last, so that a Job that cannot be deleted keeps no other
             // write from happening.

@@ -118,6 +118,12 @@ pub enum Count {
     Restore(RestoreResult),
     PlanApproval(ApprovalResult),
     DestructiveApprovalConsumed,
+    /// A drift check found these changes.
+    Drift {
+        add: i32,
+        change: i32,
+        destroy: i32,
+    },
 }
 
 /// One state chunk to adopt: its name and the resourceVersion it was read

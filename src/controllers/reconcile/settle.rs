@@ -10,14 +10,14 @@ use k8s_openapi::api::core::v1::ContainerStateTerminated;
 use kube::ResourceExt;
 
 use super::plan::{Chunk, Count, Note, Plan, Write};
-use super::{Object, annotation, approvals};
+use super::{Object, annotation, approvals, drift};
 use crate::api::SourceStatus;
 use crate::controllers::bookkeeping;
 use crate::controllers::decide::Finished;
 use crate::controllers::ledger::{Outcome, Unsettled};
 use crate::controllers::workload::Workload;
 use crate::jobs::builder::SOURCE_CONTAINER;
-use crate::keys::{INPUTS_HASH, RESTORE_SERIAL, RESTORE_STATE};
+use crate::keys::{DRIFT_REMEDIATION, INPUTS_HASH, RESTORE_SERIAL, RESTORE_STATE};
 use crate::metrics::RestoreResult;
 use crate::names::{self, Op};
 use crate::state::{Snapshot, StateReadable};
@@ -119,6 +119,13 @@ pub fn settle<K: Workload>(
             (job, u.op, a.outcome),
             a.plan.as_ref(),
             &summary,
+            plan,
+        );
+        drift::settle(
+            obj.drift().1,
+            (job, u.op, a.outcome, u.end.at),
+            annotation(job, DRIFT_REMEDIATION).is_some(),
+            a.plan.as_ref(),
             plan,
         );
         let note = match special {

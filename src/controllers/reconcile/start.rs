@@ -19,7 +19,7 @@ use crate::jobs::durable;
 use crate::jobs::inputs::RenderedInputs;
 use crate::jobs::leases;
 use crate::jobs::policy::JobSettings;
-use crate::keys::{APPROVED_PLAN, INPUTS_HASH, RESTORE_SERIAL};
+use crate::keys::{APPROVED_PLAN, DRIFT_REMEDIATION, INPUTS_HASH, RESTORE_SERIAL};
 use crate::names::{self, Op};
 
 /// What a start is made from.
@@ -88,6 +88,10 @@ pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<
     if let Some(hash) = approved {
         annotations.insert(APPROVED_PLAN.into(), hash.to_owned());
     }
+    let remediation = op == Op::Apply && r.reason == JobReason::Remediation;
+    if remediation {
+        annotations.insert(DRIFT_REMEDIATION.into(), "true".into());
+    }
     // Written at the start, whether or not the apply succeeds: a destroy
     // must find what may have been created.
     let durable = (op == Op::Apply).then(|| {
@@ -129,6 +133,12 @@ pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<
         )],
         false => Vec::new(),
     };
+    if remediation {
+        notes.push(Note::normal(
+            "DriftRemediationStarted",
+            format!("Job {job_name} applies the module to remediate the drift found"),
+        ));
+    }
     if let Some(hash) = approved {
         notes.push(Note::normal(
             "PlanApproved",

@@ -182,6 +182,19 @@ resource "terraform_data" "generation" {
   triggers_replace = var.generation
 }
 
+# The real world as this module sees it: the content of the file named by
+# drift_file (the executor runs pods on this host, so a test's temporary
+# file is seen here). Changing the file out of band is drift.
+variable "drift_file" {
+  type    = string
+  default = ""
+}
+
+resource "terraform_data" "drift" {
+  count = var.drift_file == "" ? 0 : 1
+  input = var.drift_file == "" ? "" : trimspace(file(var.drift_file))
+}
+
 # A destroy that fails while the file named by destroy_gate exists: the
 # resource exists only with a gate, and its destroy-time provisioner checks
 # the file (the executor runs pods on this host, so a test's temporary file
