@@ -547,6 +547,7 @@ async fn apply_job(t: &Setup, module: &str, machine: &str, inputs: &RenderedInpu
         inputs,
         restore: None,
         mode: builder::ApplyMode::Direct,
+        events: false,
     });
     let mut job = built.job;
     // No TerraformMachine exists here, and the garbage collector deletes

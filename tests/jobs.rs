@@ -206,6 +206,7 @@ impl Fixture {
             inputs: &rendered,
             restore,
             mode: builder::ApplyMode::Direct,
+            events: true,
         });
         // The stand-in owner is a ConfigMap.
         for o in built.job.metadata.owner_references.iter_mut().flatten() {

@@ -557,6 +557,7 @@ async fn a_built_job_is_accepted_owned_and_collected() {
             resources: 1,
         }),
         mode: builder::ApplyMode::Direct,
+        events: false,
     });
     let job = jobs
         .create(&PostParams::default(), &built.job)

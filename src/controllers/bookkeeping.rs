@@ -25,6 +25,8 @@ pub struct Accounted {
     pub result: JobResult,
     /// The plan the runner reported.
     pub plan: Option<PlanReport>,
+    /// The runner's result document, when it wrote one.
+    pub document: Option<RunResult>,
 }
 
 /// Status keeps at most 16 steps (the CRD's limit).
@@ -138,9 +140,11 @@ pub fn account(
         condition,
         plan: document.as_ref().and_then(|d| d.plan.clone()),
         runtime_version: document
-            .and_then(|d| d.runtime_version)
+            .as_ref()
+            .and_then(|d| d.runtime_version.clone())
             .filter(|v| !v.is_empty() && v.len() <= 64),
         result,
+        document,
     }
 }
 

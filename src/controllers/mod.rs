@@ -11,6 +11,7 @@ pub mod conditions;
 pub mod credentials;
 pub mod decide;
 pub mod deletion;
+pub mod figures;
 pub mod history;
 pub mod ledger;
 mod reconcile;
@@ -76,6 +77,8 @@ pub struct Settings {
     /// `--drift-default-interval`: the drift interval of objects that set
     /// none and inherit none.
     pub drift_default_interval: Duration,
+    /// `--runner-events`: runners report their progress as events.
+    pub runner_events: bool,
 }
 
 #[derive(Clone, Copy, Debug)]

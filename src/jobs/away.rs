@@ -157,6 +157,10 @@ pub fn relocate(job: &mut Job, run_secret: &mut Secret, away: &str, namespace: &
                 secret.name = creds.clone();
             }
         }
+        // No event can be recorded in a namespace being deleted.
+        if let Some(args) = container.args.as_mut() {
+            args.retain(|a| !a.starts_with("--events-for="));
+        }
     }
 }
 
@@ -353,6 +357,7 @@ mod tests {
             inputs: &inputs,
             restore: None,
             mode: builder::ApplyMode::Direct,
+            events: true,
         });
         let (mut job, mut secret) = (built.job, built.run_secret);
         relocate(&mut job, &mut secret, "captf-system", "team-a", "uid-1");
@@ -382,6 +387,8 @@ mod tests {
         // The backend still writes into the object's namespace.
         let args = pod.containers[0].args.clone().unwrap_or_default().join(" ");
         assert!(args.contains("--backend-config=namespace=team-a"), "{args}");
+        // Nor can an event be recorded in a namespace being deleted.
+        assert!(!args.contains("--events-for"), "{args}");
         let env = pod.containers[0].env.clone().unwrap_or_default();
         assert!(
             env.iter()

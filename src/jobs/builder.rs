@@ -101,6 +101,8 @@ pub struct JobRequest<'a> {
     pub restore: Option<RestoreRequest<'a>>,
     /// How an apply runs; other operations ignore it.
     pub mode: ApplyMode<'a>,
+    /// The runner reports its progress as events on the object.
+    pub events: bool,
 }
 
 impl JobRequest<'_> {
@@ -358,6 +360,14 @@ fn runner_args(req: &JobRequest, job_name: &str) -> Vec<String> {
             }
         }
     }
+    if req.events {
+        args.push(format!(
+            "--events-for={}/{}/{}",
+            req.kind.kind(),
+            req.name,
+            req.uid
+        ));
+    }
     if req.saves_plan() {
         args.push(format!(
             "--plan-secret={}",
@@ -541,6 +551,7 @@ mod tests {
         pull: Option<ImagePullPolicy>,
         restore: Option<(Vec<String>, u64)>,
         mode: ApplyMode<'static>,
+        events: bool,
     }
 
     impl Default for Case {
@@ -557,6 +568,7 @@ mod tests {
                 pull: None,
                 restore: None,
                 mode: ApplyMode::Direct,
+                events: false,
             }
         }
     }
@@ -590,6 +602,7 @@ mod tests {
             inputs: &inputs,
             restore,
             mode: case.mode,
+            events: case.events,
         })
     }
 
@@ -1325,6 +1338,24 @@ mod tests {
                 "{op:?} {mode:?}"
             );
         }
+    }
+
+    #[test]
+    fn runner_events_name_the_object() {
+        let on = build_case(&Case {
+            events: true,
+            ..Case::default()
+        });
+        assert!(
+            args(&on).contains(
+                &"--events-for=TerraformMachine/worker-0/6f1f1c1e-7a52-4c4e-9d83-2a7f0f6c1b11"
+                    .to_string()
+            ),
+            "{:?}",
+            args(&on)
+        );
+        let off = build_case(&Case::default());
+        assert!(!args(&off).iter().any(|a| a.starts_with("--events-for")));
     }
 
     #[test]

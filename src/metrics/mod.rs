@@ -23,6 +23,8 @@ mod labels;
 
 pub use labels::*;
 
+mod jobs;
+
 use crate::api::WorkspaceStatus;
 use crate::controllers::conditions::{DRIFT_DETECTED, INFRASTRUCTURE_HEALTHY, READY};
 use crate::names::{Kind, Op};
@@ -55,6 +57,7 @@ fn job_attempt_buckets() -> Histogram {
 /// `&Metrics` (or an `Arc`) to each reconciler is enough.
 pub struct Metrics {
     registry: Registry,
+    active: jobs::Active,
     /// `captf_jobs_total`: finished Jobs.
     jobs: Family<JobLabels, Counter>,
     /// `captf_job_duration_seconds`: Job start to finish.
@@ -99,8 +102,6 @@ pub struct Metrics {
     lock_force_unlocks: Family<KindLabels, Counter>,
     /// `captf_identity_denied_total`.
     identity_denied: Family<IdentityDeniedLabels, Counter>,
-    /// `captf_image_inspect_errors_total`.
-    image_inspect_errors: Family<ReasonLabels, Counter>,
     /// `captf_inputs_hash_changes_total`: applies started by an input change.
     inputs_hash_changes: Family<KindLabels, Counter>,
     /// `captf_remediation_requests_total`.
@@ -147,6 +148,7 @@ impl Metrics {
         registry.register("build_info", "Build information; always 1", build_info);
 
         let metrics = Self {
+            active: Default::default(),
             jobs: Family::default(),
             job_duration: Family::new_with_constructor(job_duration_buckets),
             job_step_duration: Family::new_with_constructor(job_step_buckets),
@@ -169,7 +171,6 @@ impl Metrics {
             unhealthy_samples: Family::default(),
             lock_force_unlocks: Family::default(),
             identity_denied: Family::default(),
-            image_inspect_errors: Family::default(),
             inputs_hash_changes: Family::default(),
             remediation_requests: Family::default(),
             destructive_plan_approvals_consumed: Family::default(),
@@ -292,11 +293,6 @@ impl Metrics {
             "identity_denied",
             "Identity references refused",
             m.identity_denied.clone(),
-        );
-        r.register(
-            "image_inspect_errors",
-            "Failures resolving template capacity from the image",
-            m.image_inspect_errors.clone(),
         );
         r.register(
             "inputs_hash_changes",
@@ -520,6 +516,7 @@ impl Metrics {
 
     /// Removes every series of one object; call it when the object is gone.
     pub fn forget(&self, kind: Kind, namespace: &str, name: &str) {
+        self.active_job(kind, namespace, name, None);
         let object = ObjectLabels::new(kind, namespace, name);
         for family in [
             &self.drift_detected,
@@ -560,7 +557,7 @@ mod tests {
     use super::*;
 
     /// (name on the wire, type) of every family of ref §5.
-    const FAMILIES: [(&str, &str); 34] = [
+    const FAMILIES: [(&str, &str); 33] = [
         ("captf_jobs", "counter"),
         ("captf_job_duration_seconds", "histogram"),
         ("captf_job_step_duration_seconds", "histogram"),
@@ -583,7 +580,6 @@ mod tests {
         ("captf_unhealthy_samples", "gauge"),
         ("captf_lock_force_unlocks", "counter"),
         ("captf_identity_denied", "counter"),
-        ("captf_image_inspect_errors", "counter"),
         ("captf_inputs_hash_changes", "counter"),
         ("captf_remediation_requests", "counter"),
         ("captf_destructive_plan_approvals_consumed", "counter"),
@@ -732,9 +728,6 @@ mod tests {
             .get_or_create(&IdentityDeniedLabels {
                 reason: IdentityDenied::NotFound,
             })
-            .inc();
-        m.image_inspect_errors
-            .get_or_create(&ReasonLabels { reason: "Pull" })
             .inc();
         m.remediation_requests
             .get_or_create(&RemediationLabels {

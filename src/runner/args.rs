@@ -105,6 +105,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub inputs_hash: Option<String>,
 
+    /// Emit progress events on this object, `<kind>/<name>/<uid>`, with the
+    /// Job as the related object (the manager's --runner-events).
+    #[arg(long)]
+    pub events_for: Option<super::events::Regarding>,
+
     /// The directory the fixed paths above are taken relative to.
     #[arg(long, default_value = "/")]
     pub root: PathBuf,

@@ -22,7 +22,8 @@ use super::steps::Stdout;
 /// How much of a step's standard output is kept when asked.
 pub const STDOUT_KEEP: usize = 1 << 20;
 
-/// How much of the end of a step's standard error is kept for its summary.
+/// How much of the end of a step's standard error is kept for its summary
+/// (and of an apply's standard output, for its summary line).
 pub const STDERR_TAIL: usize = 64 << 10;
 
 /// How long the output of a finished runtime is still read: a grandchild
@@ -149,6 +150,7 @@ pub async fn run(
             let redactor = Arc::clone(redactor);
             let keep = match mode {
                 Stdout::LogAndKeep => Keep::Head(STDOUT_KEEP),
+                Stdout::LogAndKeepTail => Keep::Tail(STDERR_TAIL),
                 _ => Keep::None,
             };
             Some(tokio::spawn(async move {

@@ -9,6 +9,7 @@
 pub mod api;
 pub mod args;
 pub mod env;
+pub mod events;
 pub mod exec;
 pub mod layout;
 pub mod plan;
@@ -29,6 +30,7 @@ pub use args::RunArgs;
 use crate::api::{RunError, RunErrorKind};
 use crate::names::Op;
 use args::{Paths, whole_seconds};
+use events::{Emitter, Type};
 use exec::{Finished, Invocation, Signals, Stopped};
 use plan::Plan;
 use redact::Redactor;
@@ -69,9 +71,12 @@ pub async fn run(args: &RunArgs) -> u8 {
         image: args.image.clone(),
         runtime_version: None,
         steps: Vec::new(),
+        changed: None,
         plan: None,
         error: None,
     };
+    let started = std::time::Instant::now();
+    let mut events = Emitter::off();
     let outcome = match (signals, no_redactor) {
         (_, Some(e)) => Err(RunError {
             kind: RunErrorKind::Step,
@@ -87,6 +92,8 @@ pub async fn run(args: &RunArgs) -> u8 {
                 result: &mut result,
                 shown: None,
                 store: None,
+                client: None,
+                events: &mut events,
             };
             runner.drive().await
         }
@@ -97,12 +104,20 @@ pub async fn run(args: &RunArgs) -> u8 {
         }),
     };
     let op = args.op.as_str();
-    match &outcome {
-        Ok(()) => log.say(&format!("{op} succeeded")),
-        Err(e) => log.say(&format!(
-            "{op} failed: {}",
-            e.summary.as_deref().unwrap_or("no summary")
-        )),
+    let took = format!("{:.1}s", started.elapsed().as_secs_f64());
+    let (type_, finished) = match &outcome {
+        Ok(()) => (Type::Normal, format!("{op} succeeded in {took}")),
+        Err(e) => (
+            Type::Warning,
+            format!(
+                "{op} failed after {took}: {}",
+                e.summary.as_deref().unwrap_or("no summary")
+            ),
+        ),
+    };
+    log.say(&finished);
+    if let Some(why) = events.emit(type_, "RunFinished", &finished).await {
+        log.say(&why);
     }
     result.error = outcome.err();
     let failed = result.error.is_some();
@@ -175,6 +190,9 @@ struct Runner<'a> {
     shown: Option<Plan>,
     /// Where a plan or an approved apply keeps the saved plan.
     store: Option<Store>,
+    /// The API client, once one was needed.
+    client: Option<kube::Client>,
+    events: &'a mut Emitter,
 }
 
 /// The saved plan's Secret and what seals it.
@@ -238,6 +256,14 @@ impl Runner<'_> {
             ..base
         };
         self.version(&version).await?;
+        self.open_events().await;
+        let started = format!(
+            "{} with image {}, runtime {}",
+            args.op.as_str(),
+            args.image.as_deref().unwrap_or("unknown"),
+            self.result.runtime_version.as_deref().unwrap_or("unknown")
+        );
+        self.emit(Type::Normal, "RunStarted", &started).await;
 
         let plan = steps::steps(&StepInputs {
             op: args.op,
@@ -275,10 +301,54 @@ impl Runner<'_> {
         Ok(())
     }
 
+    /// The API client, made once: with the backend's credentials.
+    async fn client(&mut self) -> Result<kube::Client, String> {
+        if let Some(client) = &self.client {
+            return Ok(client.clone());
+        }
+        let client = api::client(&self.args.backend_config)
+            .await
+            .map_err(|e| format!("reaching the API server: {e}"))?;
+        self.client = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Starts the progress events when the Job asks for them.
+    async fn open_events(&mut self) {
+        let Some(regarding) = self.args.events_for.clone() else {
+            return;
+        };
+        let (Some(namespace), Some(job)) = (self.args.namespace(), self.args.job_name.clone())
+        else {
+            self.log
+                .say("no events: the backend's namespace or the Job's name is missing");
+            return;
+        };
+        let namespace = namespace.to_owned();
+        match self.client().await {
+            Ok(client) => {
+                let instance = std::env::var("HOSTNAME").unwrap_or_else(|_| job.clone());
+                *self.events = Emitter::new(client, &namespace, regarding, &job, &instance);
+            }
+            Err(e) => self.log.say(&format!("no events: {e}")),
+        }
+    }
+
+    async fn emit(&mut self, type_: Type, reason: &str, note: &str) {
+        let note = self.log.0.text(note);
+        if let Some(why) = self.events.emit(type_, reason, &note).await {
+            self.log.say(&why);
+        }
+    }
+
     /// Reaches the saved plan's Secret and reads the plan key; for an
     /// approved apply, also the approved plan, into `approved_file`.
     async fn open_store(&mut self, approved_file: &Path) -> Result<(), RunError> {
         let args = self.args;
+        let client = self
+            .client()
+            .await
+            .map_err(|e| self.step_error(StepName::Init, &e))?;
         let fail = |why: String| self.step_error(StepName::Init, &why);
         let (Some(secret), Some(inputs_hash), Some(namespace)) = (
             args.plan_secret.clone(),
@@ -296,9 +366,6 @@ impl Runner<'_> {
                 self.paths.plan_key.display()
             ))
         })?;
-        let client = api::client(&args.backend_config)
-            .await
-            .map_err(|e| fail(format!("reaching the API server: {e}")))?;
         let mut store = Store {
             client,
             namespace: namespace.to_owned(),
@@ -330,7 +397,13 @@ impl Runner<'_> {
             return Err(self.step_error(StepName::Show, "show -json printed no plan"));
         };
         let report = plan.report();
+        let destructive = plan.destructive_summary();
         self.result.plan = Some(report.clone());
+        let summary = format!(
+            "plan {}: add {}, change {}, destroy {}",
+            report.plan_hash, report.add, report.change, report.destroy
+        );
+        self.emit(Type::Normal, "PlanSummary", &summary).await;
         let args = self.args;
         if args.op == Op::Plan {
             return self.save_shown(plan_file).await;
@@ -371,8 +444,7 @@ impl Runner<'_> {
                 kind: RunErrorKind::Blocked,
                 step: Some(StepName::Plan.as_str().into()),
                 summary: Some(format!(
-                    "the plan deletes or replaces {}: not applied",
-                    plan.destructive_summary()
+                    "the plan deletes or replaces {destructive}: not applied"
                 )),
             });
         }
@@ -435,6 +507,8 @@ impl Runner<'_> {
         let recorded = steps::recorded_args(&step.args);
         self.log
             .say(&format!("step {name}: {}", recorded.join(" ")));
+        self.emit(Type::Normal, "StepStarted", &format!("step {name}"))
+            .await;
         let done = exec::run(inv, self.signals, &self.log.0)
             .await
             .map_err(|e| {
@@ -459,7 +533,8 @@ impl Runner<'_> {
             &done.stderr,
             self.args.restore_resources,
         );
-        match verdict {
+        let took = format!("{:.1}s", done.duration.as_secs_f64());
+        let outcome = match verdict {
             Verdict::Succeeded => Ok(()),
             Verdict::SucceededBecause(why) => {
                 self.log.say(&format!(
@@ -492,7 +567,34 @@ impl Runner<'_> {
                         .into(),
                 ),
             }),
+        };
+        match &outcome {
+            Ok(()) => {
+                let note = format!("step {name} exited {} in {took}", done.exit_code);
+                self.emit(Type::Normal, "StepSucceeded", &note).await;
+                if matches!(step.name, StepName::Apply | StepName::Destroy)
+                    && let Some(changed) = steps::changed(&done.stdout)
+                {
+                    self.result.changed = Some(changed);
+                    // A guarded apply that changed nothing has nothing to say.
+                    if !(changed.nothing() && self.args.guarded) {
+                        let note = format!(
+                            "{} imported, {} added, {} changed, {} destroyed",
+                            changed.import, changed.add, changed.change, changed.destroy
+                        );
+                        self.emit(Type::Normal, "ResourcesChanged", &note).await;
+                    }
+                }
+            }
+            Err(e) => {
+                let note = e
+                    .summary
+                    .clone()
+                    .unwrap_or_else(|| format!("step {name} failed"));
+                self.emit(Type::Warning, "StepFailed", &note).await;
+            }
         }
+        outcome
     }
 
     fn step_error(&self, step: StepName, summary: &str) -> RunError {

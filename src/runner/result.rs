@@ -26,6 +26,9 @@ pub struct RunResult {
     pub runtime_version: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<StepRecord>,
+    /// What the apply or destroy changed, from its summary line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub changed: Option<super::steps::Changed>,
     /// The plan a plan, drift, guarded or approved run made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanReport>,
@@ -119,6 +122,7 @@ mod tests {
             image: Some("registry.example/roles/machine:1.0".into()),
             runtime_version: Some("1.12.6".into()),
             steps,
+            changed: None,
             plan: None,
             error: summary.map(|s| RunError {
                 kind: RunErrorKind::Step,

@@ -48,6 +48,9 @@ pub enum Stdout {
     Log,
     /// Passed through and kept, for the runner to read.
     LogAndKeep,
+    /// Passed through, and its end kept: an apply's or destroy's summary
+    /// line.
+    LogAndKeepTail,
     /// Read as a plan ([`super::plan::read`]) and never logged: `show -json`
     /// prints every value of the plan, sensitive or not.
     Plan,
@@ -95,6 +98,7 @@ pub fn steps(inputs: &StepInputs<'_>) -> Vec<Step> {
         stdout: match name {
             StepName::Show => Stdout::Plan,
             StepName::Validate | StepName::StateList => Stdout::LogAndKeep,
+            StepName::Apply | StepName::Destroy => Stdout::LogAndKeepTail,
             _ => Stdout::Log,
         },
         changes_exit_code: false,
@@ -187,6 +191,51 @@ pub fn steps(inputs: &StepInputs<'_>) -> Vec<Step> {
         }
     }
     out
+}
+
+/// What an apply or destroy changed, from its summary line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Changed {
+    #[serde(default)]
+    pub import: u64,
+    #[serde(default)]
+    pub add: u64,
+    #[serde(default)]
+    pub change: u64,
+    #[serde(default)]
+    pub destroy: u64,
+}
+
+impl Changed {
+    pub fn nothing(&self) -> bool {
+        *self == Changed::default()
+    }
+}
+
+/// The counts of the last `Apply complete! Resources: …` or `Destroy
+/// complete! Resources: …` line of a step's output.
+pub fn changed(stdout: &[u8]) -> Option<Changed> {
+    let plain = strip_ansi_escapes::strip(stdout);
+    let text = String::from_utf8_lossy(&plain);
+    let line = text.lines().rev().find_map(|l| {
+        let l = l.trim();
+        l.strip_prefix("Apply complete! Resources: ")
+            .or_else(|| l.strip_prefix("Destroy complete! Resources: "))
+    })?;
+    let mut out = Changed::default();
+    for part in line.trim_end_matches('.').split(", ") {
+        let (n, what) = part.split_once(' ')?;
+        let n: u64 = n.parse().ok()?;
+        match what {
+            "imported" => out.import = n,
+            "added" => out.add = n,
+            "changed" => out.change = n,
+            "destroyed" => out.destroy = n,
+            _ => {}
+        }
+    }
+    Some(out)
 }
 
 /// A step's arguments as the result records them: each backend setting's
@@ -474,6 +523,37 @@ mod tests {
                 "-var-file=terraform.tfvars.json",
             ]
         );
+    }
+
+    #[test]
+    fn summary_lines() {
+        let c = |import, add, change, destroy| Changed {
+            import,
+            add,
+            change,
+            destroy,
+        };
+        for (out, want) in [
+            (
+                "module.role.terraform_data.x: Creating...\n\nApply complete! Resources: 1 added, 0 changed, 0 destroyed.\n\nOutputs:\n",
+                Some(c(0, 1, 0, 0)),
+            ),
+            (
+                "\x1b[0m\x1b[1m\x1b[32mApply complete! Resources: 2 imported, 1 added, 3 changed, 4 destroyed.\x1b[0m\n",
+                Some(c(2, 1, 3, 4)),
+            ),
+            (
+                "Destroy complete! Resources: 5 destroyed.\n",
+                Some(c(0, 0, 0, 5)),
+            ),
+            (
+                "No changes. Your infrastructure matches the configuration.\n",
+                None,
+            ),
+            ("Apply complete! Resources: many added.\n", None),
+        ] {
+            assert_eq!(changed(out.as_bytes()), want, "{out:?}");
+        }
     }
 
     #[test]

@@ -168,6 +168,7 @@ impl From<&Flags> for Settings {
             watch_filter: Some(flags.watch_filter.clone()).filter(|f| !f.is_empty()),
             sync_period: flags.sync_period.0,
             drift_default_interval: flags.drift_default_interval.0,
+            runner_events: flags.runner_events,
             concurrency: Concurrency {
                 cluster: flags.terraformcluster_concurrency,
                 machine: flags.terraformmachine_concurrency,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test platform from upstream sources through the Go module proxy:
 # kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd,
-# tofu, helm, and the Cluster API core manager and clusterctl, into
+# tofu, helm, the Cluster API core manager and clusterctl, and promtool, into
 # $CAPTF_CACHE_DIR/bin/<name>-<version> (default ~/.cache/captf), outside the
 # repository. What is already there is skipped,
 # so a second run is instant. Prints what it builds and how long each took.
@@ -117,5 +117,17 @@ else
   echo "build: capi-manager and clusterctl $CAPI built in $(elapsed "$t")"
 fi
 
-ls -l "$BIN"/kube-apiserver-"$K" "$BIN"/kube-controller-manager-"$K" "$BIN"/kubectl-"$K" "$ETCD" "$TOFU" "$HELM" "$BIN/capi-manager-$CAPI" "$BIN/clusterctl-$CAPI" \
+PROMTOOL="$BIN/promtool-v$PROMETHEUS_MODULE_VERSION"
+if [ -x "$PROMTOOL" ]; then
+  echo "build: promtool v$PROMETHEUS_MODULE_VERSION cached"
+else
+  echo "build: promtool v$PROMETHEUS_MODULE_VERSION from github.com/prometheus/prometheus ..."
+  t=$(date +%s)
+  (cd "$TMP" && GOBIN="$TMP" GOFLAGS="-buildvcs=false" go install -trimpath -ldflags "-s -w" \
+    "github.com/prometheus/prometheus/cmd/promtool@v$PROMETHEUS_MODULE_VERSION")
+  mv "$TMP/promtool" "$PROMTOOL"
+  echo "build: promtool v$PROMETHEUS_MODULE_VERSION built in $(elapsed "$t")"
+fi
+
+ls -l "$BIN"/kube-apiserver-"$K" "$BIN"/kube-controller-manager-"$K" "$BIN"/kubectl-"$K" "$ETCD" "$TOFU" "$HELM" "$BIN/capi-manager-$CAPI" "$BIN/clusterctl-$CAPI" "$PROMTOOL" \
   | awk '{ printf "build: %s %.1f MiB\n", $NF, $5 / 1048576 }'

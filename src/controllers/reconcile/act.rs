@@ -25,7 +25,9 @@ use super::record::record;
 use super::{Object, finish};
 use crate::capi::autoscaling::{self, WriteBack};
 use crate::capi::objects::MachinePool;
-use crate::controllers::conditions::{CREDENTIALS_MIRRORED, Cond, Status};
+use crate::controllers::conditions::{
+    CREDENTIALS_MIRRORED, Cond, IDENTITY_ALLOWED, OUTPUTS_VALID, Status,
+};
 use crate::controllers::credentials;
 use crate::controllers::deletion::Why;
 use crate::controllers::workload::Workload;
@@ -36,7 +38,7 @@ use crate::keys::{
     BOOKKEPT, INPUTS_HASH, PROTECTED_LABEL, PROTECTION, REPLICAS_MANAGED_BY, RESTORE_STATE,
     finalizer,
 };
-use crate::metrics::BackupResult;
+use crate::metrics::{BackupResult, IdentityDenied};
 use crate::names::{self, Kind};
 use crate::protection;
 
@@ -102,8 +104,7 @@ pub async fn act<K: Workload>(
     if obj.workspace_status() != Some(&plan.draft.status) || obj.kind_status() != plan.kind_status {
         apply_status::<K>(ctx, o, &plan).await?;
     }
-    ctx.metrics
-        .conditions(K::KIND, &o.namespace, &o.name, &plan.draft.status);
+    observe_metrics::<K>(ctx, o, &plan);
     for t in &plan.draft.transitions {
         if let Some(note) = super::condition_note(t) {
             record(ctx, obj, o, &note).await;
@@ -147,6 +148,7 @@ pub async fn act<K: Workload>(
                 change,
                 destroy,
             } => ctx.metrics.drift_found(K::KIND, add, change, destroy),
+            Count::Attempts(op, n) => ctx.metrics.job_attempts(K::KIND, op, n),
         }
     }
     Ok(match plan.requeue {
@@ -484,6 +486,38 @@ async fn remove_finalizer<K: Workload>(ctx: &Context, obj: &K, o: &Object) -> Re
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(Error::Kube(e)),
+    }
+}
+
+/// The per-object series and the counters of transitions, from what the
+/// pass wrote.
+fn observe_metrics<K: Workload>(ctx: &Context, o: &Object, plan: &Plan) {
+    let m = &ctx.metrics;
+    let (ns, name) = (o.namespace.as_str(), o.name.as_str());
+    m.conditions(K::KIND, ns, name, &plan.draft.status);
+    let active = plan.draft.status.active_job.as_ref().map(|j| j.operation);
+    m.active_job(K::KIND, ns, name, active);
+    if let Some(bytes) = plan.inputs_bytes {
+        m.inputs_bytes(K::KIND, ns, name, bytes);
+    }
+    for (op, at) in &plan.last_success {
+        m.last_success(K::KIND, ns, name, *op, *at);
+    }
+    for (op, result, figures) in &plan.figures {
+        m.job_accounted(K::KIND, *op, *result, figures);
+    }
+    for t in &plan.draft.transitions {
+        if t.to != Status::False {
+            continue;
+        }
+        match (t.type_, t.reason) {
+            (IDENTITY_ALLOWED, "IdentityNotFound") => m.identity_denied(IdentityDenied::NotFound),
+            (IDENTITY_ALLOWED, "NamespaceNotAllowed") => {
+                m.identity_denied(IdentityDenied::Namespace)
+            }
+            (OUTPUTS_VALID, reason) => m.outputs_invalid(K::KIND, reason),
+            _ => {}
+        }
     }
 }
 

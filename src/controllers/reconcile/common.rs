@@ -100,6 +100,11 @@ pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
     // way) or while the pool is deleting (its owner may be going too).
     let write_owner = !paused && !p.deleting;
     let rendered = render(obj, o, rest, durable.as_ref(), write_owner, plan);
+    plan.inputs_bytes = match &rendered {
+        Ok(r) => Some((r.main_tf_json.len() + r.tfvars_json.len()) as u64),
+        Err(Unrendered::Invalid(InputsError::TooLarge { bytes })) => Some(*bytes as u64),
+        Err(_) => None,
+    };
     Common {
         paused,
         credentials,

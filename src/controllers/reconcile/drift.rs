@@ -190,6 +190,25 @@ pub fn remediate(p: &Pass<'_, impl Workload>, c: &Common, plan: &Plan) -> bool {
         < u32::try_from(c.settings.failed_jobs_history_limit.max(1)).unwrap_or(1)
 }
 
+/// The object's drift interval, from its own, its cluster's defaults and
+/// the manager's.
+fn interval<K: Workload>(p: &Pass<'_, K>) -> Option<Duration> {
+    let (own, _) = p.obj.drift();
+    let inherited = p
+        .rest
+        .cluster
+        .as_ref()
+        .and_then(|c| c.spec.defaults.as_ref())
+        .and_then(|d| d.drift.as_ref())
+        .and_then(|d| d.interval_seconds);
+    schedule::drift_interval(K::KIND, own, inherited, p.settings.drift_default_interval)
+}
+
+/// Whether drift checks are scheduled for the object.
+pub fn scheduled<K: Workload>(p: &Pass<'_, K>) -> bool {
+    interval(p).is_some()
+}
+
 /// The refresh or drift check due now, or when to look again.
 pub fn due<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Option<(Op, JobReason)> {
     let obj = p.obj;

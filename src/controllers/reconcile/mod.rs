@@ -46,7 +46,7 @@ use crate::keys::BLOCK_MOVE;
 use crate::names;
 use crate::server::requests::counting;
 use observe::Observed;
-use plan::{Draft, Note, Plan, Requeue, Write};
+use plan::{Count, Draft, Note, Plan, Requeue, Write};
 
 /// Everything a decision of a pass without an active Job looks at.
 pub struct Pass<'a, K> {
@@ -176,6 +176,30 @@ fn decide<K: Workload>(
     let (Some(rest), None) = (&observed.rest, ledger.active) else {
         // A runner works on the object: nothing is read or decided. The
         // Job's own status changes wake the next pass.
+        if let Some(job) = &observed.stuck {
+            let name = job.name_any();
+            let namespace = job.namespace().unwrap_or_else(|| o.namespace.clone());
+            plan.notes.push(
+                Note::warning(
+                    "StuckJobDeleted",
+                    format!(
+                        "Job {name} could not start for over a minute: its per-run Secret {} is missing; it is deleted and the object decides anew",
+                        names::run_secret(&name)
+                    ),
+                )
+                .about(job),
+            );
+            plan.writes.push(Write::DeleteJobs {
+                namespace: namespace.clone(),
+                names: vec![name.clone()],
+            });
+            plan.writes.push(Write::ReleaseLeases {
+                job: name,
+                namespace,
+            });
+            plan.requeue = Requeue::After(Duration::from_secs(1));
+            return plan;
+        }
         if let Some(job) = ledger.active {
             let op = ledger::op(job).unwrap_or(names::Op::Apply);
             plan.draft.status.active_job = Some(ActiveJob {
@@ -192,6 +216,14 @@ fn decide<K: Workload>(
                     format!("waiting for Job {} to finish", job.name_any()),
                 ));
             }
+            // Looked at again once it could count as stuck; a Job that
+            // starts wakes the object before that.
+            if let Some(created) = job.metadata.creation_timestamp.as_ref() {
+                let age = Duration::try_from(created.0.duration_until(now)).unwrap_or_default();
+                if let Some(left) = observe::STUCK_AFTER.checked_sub(age) {
+                    plan.requeue = Requeue::After(left + Duration::from_secs(1));
+                }
+            }
         }
         return plan;
     };
@@ -204,6 +236,23 @@ fn decide<K: Workload>(
         Some(&rest.snapshot),
         &mut plan,
     );
+    // Each success took 1 + the failures of its op since the success
+    // before it (ref §5 captf_job_attempts).
+    for done in settled.finished.iter().filter(|f| f.succeeded) {
+        let failures = ledger
+            .finished
+            .iter()
+            .filter(|f| f.op == done.op)
+            .take_while(|f| !f.succeeded)
+            .filter(|f| f.counts_for_backoff)
+            .count();
+        plan.counts.push(Count::Attempts(
+            done.op,
+            u32::try_from(failures)
+                .unwrap_or(u32::MAX)
+                .saturating_add(1),
+        ));
+    }
     let finished = ledger::with_settled(ledger.finished, &settled.finished);
     if deleting && !settled.finished.is_empty() {
         // The outcome is written before anything is cleaned up, so that
@@ -226,6 +275,15 @@ fn decide<K: Workload>(
         destroyed,
     };
     let c = common::steps(&pass, &mut plan);
+    // A drift or refresh success is exported only while checks are
+    // scheduled (ref §5).
+    let checked = !deleting && !c.paused && drift::scheduled(&pass);
+    for op in names::Op::ALL {
+        let newest = finished.iter().find(|f| f.op == op && f.succeeded);
+        let shown = checked || !matches!(op, names::Op::Drift | names::Op::Refresh);
+        plan.last_success
+            .push((op, newest.filter(|_| shown).map(|f| f.finished_at)));
+    }
     match deleting {
         false => {
             let succeeded = |op: names::Op| {

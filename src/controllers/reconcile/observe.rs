@@ -40,7 +40,13 @@ pub struct Observed {
     pub terminations: BTreeMap<String, Option<ContainerStateTerminated>>,
     /// Read only with no Job of the object active.
     pub rest: Option<Rest>,
+    /// The active Job, when it can never start: over a minute old, its
+    /// per-run Secret missing, and none of its pods ever ran a container.
+    pub stuck: Option<Job>,
 }
+
+/// How long a Job may go without a pod before it counts as stuck.
+pub const STUCK_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// What a pass without an active Job reads.
 pub struct Rest {
@@ -96,16 +102,62 @@ pub async fn observe<K: Workload>(
         let end = terminated(ctx, &ns, &name).await?;
         terminations.insert(name, end);
     }
-    let active = ledger.active.is_some();
-    let rest = match active {
-        true => None,
-        false => Some(rest(ctx, obj, o, deleting, namespace).await?),
+    let stuck = match ledger.active {
+        Some(job) => stuck(ctx, job, o).await?.then(|| job.clone()),
+        None => None,
+    };
+    let rest = match ledger.active {
+        Some(_) => None,
+        None => Some(rest(ctx, obj, o, deleting, namespace).await?),
     };
     Ok(Observed {
         jobs,
         terminations,
         rest,
+        stuck,
     })
+}
+
+/// Whether the active `job` can never start (ref §8.1 step 7). Its
+/// per-run Secret and pods are read only once it is a minute old.
+async fn stuck(ctx: &Context, job: &Job, o: &Object) -> Result<bool, Error> {
+    let old = job.creation_timestamp().is_some_and(|t| {
+        let age = t.0.duration_until(k8s_openapi::jiff::Timestamp::now());
+        std::time::Duration::try_from(age).is_ok_and(|a| a >= STUCK_AFTER)
+    });
+    if !old {
+        return Ok(false);
+    }
+    let name = job.name_any();
+    let ns = job.namespace().unwrap_or_else(|| o.namespace.clone());
+    let secret = Api::<Secret>::namespaced(ctx.client.clone(), &ns)
+        .get_metadata_opt(&names::run_secret(&name))
+        .await
+        .map_err(Error::Kube)?;
+    if secret.is_some() {
+        return Ok(false);
+    }
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default().labels(&format!("job-name={name}")))
+        .await
+        .map_err(Error::Kube)?;
+    let ran = pods.items.iter().any(|p| {
+        let status = p.status.as_ref();
+        status
+            .into_iter()
+            .flat_map(|s| {
+                s.init_container_statuses
+                    .iter()
+                    .flatten()
+                    .chain(s.container_statuses.iter().flatten())
+            })
+            .any(|c| {
+                c.state
+                    .as_ref()
+                    .is_some_and(|st| st.running.is_some() || st.terminated.is_some())
+            })
+    });
+    Ok(!ran)
 }
 
 async fn namespace_of(ctx: &Context, ns: &str) -> Result<Option<Namespace>, Error> {

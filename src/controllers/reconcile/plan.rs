@@ -15,6 +15,7 @@ use crate::backups::BackupSet;
 use crate::controllers::conditions::{self, Cond, Transition};
 use crate::controllers::credentials::MirrorWrite;
 use crate::controllers::deletion::Why;
+use crate::controllers::figures::JobFigures;
 use crate::controllers::ledger::Outcome;
 use crate::jobs::leases::Gate;
 use crate::metrics::{ApprovalResult, BackupResult, JobResult, RestoreResult, StateReadError};
@@ -118,6 +119,8 @@ pub enum Count {
     Restore(RestoreResult),
     PlanApproval(ApprovalResult),
     DestructiveApprovalConsumed,
+    /// A Job of this op succeeded after this many attempts.
+    Attempts(Op, u32),
     /// A drift check found these changes.
     Drift {
         add: i32,
@@ -301,6 +304,12 @@ pub struct Plan {
     /// them); not touched when the state was not read.
     pub gauges: Option<Option<(u64, u64)>>,
     pub counts: Vec<Count>,
+    /// What each Job settled in this pass measured.
+    pub figures: Vec<(Op, JobResult, JobFigures)>,
+    /// `captf_inputs_bytes`: the size of the inputs rendered in this pass.
+    pub inputs_bytes: Option<u64>,
+    /// The newest success of each op, where it is exported.
+    pub last_success: Vec<(Op, Option<Timestamp>)>,
     /// Jobs whose result this pass's status accounts for, marked bookkept
     /// once it is written.
     /// (namespace, Job, outcome).
@@ -320,6 +329,9 @@ impl Plan {
             writes: Vec::new(),
             gauges: None,
             counts: Vec::new(),
+            figures: Vec::new(),
+            inputs_bytes: None,
+            last_success: Vec::new(),
             bookkept: Vec::new(),
             logs: Vec::new(),
             requeue,

@@ -12,10 +12,10 @@ use kube::ResourceExt;
 use super::plan::{Chunk, Count, Note, Plan, Write};
 use super::{Object, annotation, approvals, drift};
 use crate::api::SourceStatus;
-use crate::controllers::bookkeeping;
 use crate::controllers::decide::Finished;
 use crate::controllers::ledger::{Outcome, Unsettled};
 use crate::controllers::workload::Workload;
+use crate::controllers::{bookkeeping, figures};
 use crate::jobs::builder::SOURCE_CONTAINER;
 use crate::keys::{DRIFT_REMEDIATION, INPUTS_HASH, RESTORE_SERIAL, RESTORE_STATE};
 use crate::metrics::RestoreResult;
@@ -106,6 +106,17 @@ pub fn settle<K: Workload>(
                 .runtime_version = Some(version.clone());
         }
         plan.counts.push(Count::JobFinished(u.op, a.result));
+        plan.figures.push((
+            u.op,
+            a.result,
+            figures::of(
+                job,
+                &u.end,
+                term,
+                a.document.as_ref(),
+                a.last_run.error.as_ref(),
+            ),
+        ));
         let op = u.op.as_str();
         let summary = a
             .last_run

@@ -67,6 +67,7 @@ pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<
             resources: p.resources,
         }),
         mode: r.mode,
+        events: settings.runner_events,
     });
     let mut job = built.job;
     let annotations = job.metadata.annotations.get_or_insert_default();

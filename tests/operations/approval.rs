@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-const MANAGER: &str = env!("CARGO_BIN_EXE_captf-manager");
+use super::MANAGER;
 
 async fn patch(env: &Env, body: Value) {
     env.api::<TerraformCluster>()

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-const MANAGER: &str = env!("CARGO_BIN_EXE_captf-manager");
+use super::MANAGER;
 
 #[tokio::test]
 async fn drift_is_found_on_schedule_reported_then_remediated() {
