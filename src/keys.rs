@@ -76,6 +76,9 @@ pub const BOOKKEPT: &str = "captf.io/bookkept";
 pub const RESTORE_SERIAL: &str = "captf.io/restore-serial";
 /// On the durable inputs: `spec.source.image` as the apply ran it.
 pub const IMAGE: &str = "captf.io/image";
+/// On the durable inputs: the digest the successful apply's pod ran,
+/// `sha256:<hex>` (ref §8.9).
+pub const IMAGE_DIGEST: &str = "captf.io/image-digest";
 /// On the durable inputs and a credentials mirror: the identity.
 pub const IDENTITY: &str = "captf.io/identity";
 /// On the durable inputs, `"true"` once an apply of the object has

@@ -15,7 +15,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
 use super::inputs::RenderedInputs;
 use super::{lost_race, owner_labels};
-use crate::keys::{APPLIED, IDENTITY, IMAGE, INPUTS_HASH};
+use crate::keys::{APPLIED, IDENTITY, IMAGE, IMAGE_DIGEST, INPUTS_HASH};
 use crate::names::{self, Kind};
 use crate::protection;
 
@@ -76,6 +76,8 @@ pub struct Recorded {
     pub image: Option<String>,
     pub identity: Option<String>,
     pub applied: bool,
+    /// The digest the successful apply ran (ref §8.9).
+    pub digest: Option<String>,
 }
 
 /// Reads a durable inputs Secret; None when either data key or the inputs
@@ -93,6 +95,7 @@ pub fn read(secret: &Secret) -> Option<Recorded> {
         image: annotation(IMAGE),
         identity: annotation(IDENTITY),
         applied: annotation(APPLIED).as_deref() == Some("true"),
+        digest: annotation(IMAGE_DIGEST),
     })
 }
 
@@ -169,9 +172,16 @@ pub async fn write(api: &Api<Secret>, secret: Secret, uid: &str) -> Result<(), D
     Err(DurableError::Contended(name))
 }
 
-/// Marks the durable inputs applied, when they exist.
-pub async fn mark_applied(api: &Api<Secret>, kind: Kind, name: &str) -> Result<(), kube::Error> {
-    let patch = serde_json::json!({"metadata": {"annotations": {APPLIED: "true"}}});
+/// Marks the durable inputs applied, when they exist, with the digest the
+/// apply ran, or without one when it is unknown.
+pub async fn mark_applied(
+    api: &Api<Secret>,
+    kind: Kind,
+    name: &str,
+    digest: Option<&str>,
+) -> Result<(), kube::Error> {
+    let patch =
+        serde_json::json!({"metadata": {"annotations": {APPLIED: "true", IMAGE_DIGEST: digest}}});
     match api
         .patch(
             &names::inputs_secret(kind, name),
@@ -239,6 +249,7 @@ mod tests {
             image: Some("registry.example/mod:1".into()),
             identity: Some("id".into()),
             applied: false,
+            digest: None,
         };
         assert_eq!(recorded, want);
     }

@@ -11,6 +11,7 @@
 
 pub mod away;
 pub mod builder;
+pub mod digest;
 pub mod durable;
 pub mod inputs;
 pub mod leases;

@@ -3,6 +3,7 @@
 //! OpenTofu and the real API server.
 
 mod approval;
+mod digest;
 mod drift;
 mod events;
 mod stuck;

@@ -257,9 +257,11 @@ async fn perform<K: Workload>(
                 .await
                 .map_err(Error::Kube)?;
         }
-        Write::MarkApplied => durable::mark_applied(&secrets, K::KIND, &o.name)
-            .await
-            .map_err(Error::Kube)?,
+        Write::MarkApplied { digest } => {
+            durable::mark_applied(&secrets, K::KIND, &o.name, digest.as_deref())
+                .await
+                .map_err(Error::Kube)?
+        }
         Write::Patch(patch) => {
             Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
                 .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))

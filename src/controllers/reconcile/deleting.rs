@@ -17,6 +17,7 @@ use crate::controllers::decide::{JobReason, StateFact};
 use crate::controllers::deletion::{self, DestroyInputs, Hold, Next, Why};
 use crate::controllers::workload::Workload;
 use crate::jobs::away;
+use crate::jobs::digest;
 use crate::keys::ABANDON;
 use crate::names::{self, Kind, Op};
 use crate::state::StateReadable;
@@ -154,6 +155,11 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         return;
     };
     let image = image.unwrap_or_else(|| obj.workspace().source.image.clone());
+    let pinned = c.durable.as_ref().and_then(|d| d.digest.as_deref());
+    let (image, unknown) = digest::image_for(K::KIND, Op::Destroy, &image, pinned);
+    if unknown {
+        plan.notes.push(digest_unknown(&image));
+    }
     let mut start = start::build(
         obj,
         o,
@@ -187,6 +193,15 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         });
     }
     plan.writes.push(Write::Start(Box::new(start)));
+}
+
+/// DigestUnknown (ref §4): a machine's Job runs the tag for lack of a
+/// pinned digest.
+pub fn digest_unknown(image: &str) -> Note {
+    Note::warning(
+        "DigestUnknown",
+        format!("no digest was pinned for this machine: its Job runs {image} by tag"),
+    )
 }
 
 /// Cleanup (ref §8.6), in order, each step idempotent so that a pass cut

@@ -22,6 +22,7 @@ use crate::controllers::decide::{self, Decision, Facts, JobReason};
 use crate::controllers::ledger;
 use crate::controllers::workload::Workload;
 use crate::jobs::builder::ApplyMode;
+use crate::jobs::digest;
 use crate::keys::{APPROVE_DESTRUCTIVE_PLAN, APPROVE_PLAN};
 use crate::keys::{RESTORE_SERIAL, RESTORE_STATE};
 use crate::names::Op;
@@ -234,7 +235,11 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
             "a remediation apply runs",
         ));
     }
-    let image = obj.workspace().source.image.clone();
+    let pinned = c.durable.as_ref().and_then(|d| d.digest.as_deref());
+    let (image, unknown) = digest::image_for(K::KIND, op, &obj.workspace().source.image, pinned);
+    if unknown {
+        plan.notes.push(super::deleting::digest_unknown(&image));
+    }
     let start = start::build(
         obj,
         o,

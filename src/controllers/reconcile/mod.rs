@@ -233,6 +233,7 @@ fn decide<K: Workload>(
         o,
         &ledger.unsettled,
         &observed.terminations,
+        &observed.image_ids,
         Some(&rest.snapshot),
         &mut plan,
     );

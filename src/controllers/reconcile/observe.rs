@@ -38,6 +38,8 @@ pub struct Observed {
     /// The runner container's end, for each finished Job not yet
     /// accounted, by Job name.
     pub terminations: BTreeMap<String, Option<ContainerStateTerminated>>,
+    /// The image ID the runner container's pod reported, by Job name.
+    pub image_ids: BTreeMap<String, String>,
     /// Read only with no Job of the object active.
     pub rest: Option<Rest>,
     /// The active Job, when it can never start: over a minute old, its
@@ -96,10 +98,14 @@ pub async fn observe<K: Workload>(
     }
     let ledger = ledger::ledger(&jobs);
     let mut terminations = BTreeMap::new();
+    let mut image_ids = BTreeMap::new();
     for u in &ledger.unsettled {
         let name = u.job.name_any();
         let ns = u.job.namespace().unwrap_or_else(|| o.namespace.clone());
-        let end = terminated(ctx, &ns, &name).await?;
+        let (end, image_id) = terminated(ctx, &ns, &name).await?;
+        if let Some(id) = image_id {
+            image_ids.insert(name.clone(), id);
+        }
         terminations.insert(name, end);
     }
     let stuck = match ledger.active {
@@ -113,6 +119,7 @@ pub async fn observe<K: Workload>(
     Ok(Observed {
         jobs,
         terminations,
+        image_ids,
         rest,
         stuck,
     })
@@ -304,23 +311,29 @@ async fn away_jobs_of<K: Workload>(
 }
 
 /// The final state of a Job's runner container, from its pod.
+/// The runner container's end, and the image ID its pod reported.
 async fn terminated(
     ctx: &Context,
     ns: &str,
     job: &str,
-) -> Result<Option<ContainerStateTerminated>, Error> {
+) -> Result<(Option<ContainerStateTerminated>, Option<String>), Error> {
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
         .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
         .await
         .map_err(Error::Kube)?;
-    Ok(pods.items.into_iter().find_map(|p| {
-        p.status?
-            .container_statuses?
-            .into_iter()
-            .find(|c| c.name == crate::jobs::builder::SOURCE_CONTAINER)?
-            .state?
-            .terminated
-    }))
+    let source = pods.items.into_iter().find_map(|p| {
+        p.status?.container_statuses?.into_iter().find(|c| {
+            c.name == crate::jobs::builder::SOURCE_CONTAINER
+                && c.state.as_ref().is_some_and(|s| s.terminated.is_some())
+        })
+    });
+    Ok(match source {
+        Some(c) => (
+            c.state.and_then(|s| s.terminated),
+            Some(c.image_id).filter(|id| !id.is_empty()),
+        ),
+        None => (None, None),
+    })
 }
 
 fn cluster_selector(cluster: &str) -> String {

@@ -205,8 +205,11 @@ pub enum Write {
         chunks: Vec<Chunk>,
         inputs_hash: Option<String>,
     },
-    /// The durable inputs record that an apply succeeded.
-    MarkApplied,
+    /// The durable inputs record that an apply succeeded, and the digest
+    /// it ran (none: unknown).
+    MarkApplied {
+        digest: Option<String>,
+    },
     /// A merge patch of the object: the spec fields its outputs set, with
     /// the endpoint source recorded in the same write as the endpoint.
     Patch(serde_json::Value),

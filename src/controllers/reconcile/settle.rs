@@ -17,6 +17,7 @@ use crate::controllers::ledger::{Outcome, Unsettled};
 use crate::controllers::workload::Workload;
 use crate::controllers::{bookkeeping, figures};
 use crate::jobs::builder::SOURCE_CONTAINER;
+use crate::jobs::digest;
 use crate::keys::{DRIFT_REMEDIATION, INPUTS_HASH, RESTORE_SERIAL, RESTORE_STATE};
 use crate::metrics::RestoreResult;
 use crate::names::{self, Op};
@@ -88,6 +89,7 @@ pub fn settle<K: Workload>(
     o: &Object,
     unsettled: &[Unsettled<'_>],
     terminations: &BTreeMap<String, Option<ContainerStateTerminated>>,
+    image_ids: &BTreeMap<String, String>,
     snapshot: Option<&Snapshot>,
     plan: &mut Plan,
 ) -> Settled {
@@ -160,6 +162,9 @@ pub fn settle<K: Workload>(
             plan.notes.push(note.unwrap_or_else(|| {
                 Note::normal("JobSucceeded", format!("{op} Job {name} succeeded")).about(job)
             }));
+            if u.op == Op::Apply {
+                pin(job, image_ids.get(&name), plan);
+            }
             succeeded(obj, o, u.op, job, snapshot, plan, &mut settled);
         } else {
             plan.notes.push(note.unwrap_or_else(|| {
@@ -193,6 +198,29 @@ pub fn settle<K: Workload>(
     settled
 }
 
+/// The digest a successful apply's pod ran, recorded with the applied
+/// marker on the durable inputs (ref §8.9).
+fn pin(job: &Job, image_id: Option<&String>, plan: &mut Plan) {
+    let name = job.name_any();
+    let image = image_of(job).unwrap_or_default();
+    let digest = image_id.and_then(|id| digest::of_image_id(id));
+    plan.draft
+        .status
+        .source
+        .get_or_insert_with(SourceStatus::default)
+        .image_digest = image_id
+        .filter(|id| !id.is_empty() && id.len() <= 512)
+        .cloned();
+    plan.notes.push(match &digest {
+        Some(d) => Note::normal("DigestPinned", format!("Job {name} ran {image} as {d}")),
+        None => Note::warning(
+            "DigestUnknown",
+            format!("Job {name} ran {image}, but its pod reported no image digest to pin"),
+        ),
+    });
+    plan.writes.push(Write::MarkApplied { digest });
+}
+
 /// Adoption after an apply or a restore, the applied marker, and the end
 /// of a restore request.
 fn succeeded<K: Workload>(
@@ -224,7 +252,6 @@ fn succeeded<K: Workload>(
         settled.adopted = Some(hash);
     }
     if op == Op::Apply {
-        plan.writes.push(Write::MarkApplied);
         settled.applied = true;
         return;
     }

@@ -90,7 +90,7 @@ pub async fn setup(binary: &str, prefix: &str, creds: &[(&str, &str)], extra: &[
     create_identity(&client, &identity, &ns, &ns).await;
     let mutable = tempfile::tempdir().unwrap();
     let images = images();
-    let Some(Image::Module(noop)) = images.get(NOOP).cloned() else {
+    let Some(Image::Module(noop)) = images.get(NOOP) else {
         panic!("no {NOOP} image")
     };
     std::fs::copy(noop.module.join("main.tf"), mutable.path().join("main.tf")).unwrap();

@@ -3,6 +3,9 @@
 use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
 
 /// The runner image of the tests (the manager's `--runner-image`).
 pub const TEST_RUNNER_IMAGE: &str = "captf.test/runner:dev";
@@ -37,6 +40,80 @@ pub enum Image {
 #[derive(Clone, Debug, Default)]
 pub struct Images {
     by_reference: HashMap<String, Image>,
+    /// What each pulled digest held when it was pulled, as a registry keeps
+    /// a manifest after its tag moves on (shared by clones).
+    pulled: Arc<Mutex<HashMap<String, Image>>>,
+}
+
+/// `sha256:<hex>` of a module image's content: its module files, runtime
+/// and environment; of a runner image, its binary's path, size and time.
+fn digest_of(image: &Image) -> std::io::Result<String> {
+    let mut h = Sha256::new();
+    match image {
+        Image::Runner(binary) => {
+            let meta = fs::metadata(binary)?;
+            h.update(binary.to_string_lossy().as_bytes());
+            h.update(meta.len().to_be_bytes());
+            h.update(format!("{:?}", meta.modified()?).as_bytes());
+        }
+        Image::Module(m) => {
+            let mut files: Vec<PathBuf> = fs::read_dir(&m.module)?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_file())
+                .collect();
+            files.sort();
+            for file in files {
+                h.update(file.file_name().unwrap_or_default().as_encoded_bytes());
+                h.update([0]);
+                h.update(fs::read(&file)?);
+                h.update([0]);
+            }
+            h.update(m.runtime.to_string_lossy().as_bytes());
+            for (k, v) in &m.env {
+                h.update(format!("{k}={v}\n").as_bytes());
+            }
+        }
+    }
+    Ok(format!("sha256:{:x}", h.finalize()))
+}
+
+/// The repository of a reference: without its digest and its tag.
+fn repository(reference: &str) -> &str {
+    let name = reference.split('@').next().unwrap_or(reference);
+    match name.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => repo,
+        _ => name,
+    }
+}
+
+/// A copy of a module image's files under its digest, which later pulls of
+/// that digest find however the tag moved.
+fn snapshot(image: &Image, digest: &str) -> std::io::Result<Image> {
+    let Image::Module(m) = image else {
+        return Ok(image.clone());
+    };
+    let dir = std::env::temp_dir().join(format!("captf-image-{}", digest.replace(':', "-")));
+    if !dir.exists() {
+        let partial = dir.with_extension(format!("partial-{}", std::process::id()));
+        fs::create_dir_all(&partial)?;
+        for entry in fs::read_dir(&m.module)?.flatten() {
+            if entry.path().is_file() {
+                fs::copy(entry.path(), partial.join(entry.file_name()))?;
+            }
+        }
+        if let Err(e) = fs::rename(&partial, &dir) {
+            // Another pull of the same digest came first.
+            let _ = fs::remove_dir_all(&partial);
+            if !dir.exists() {
+                return Err(e);
+            }
+        }
+    }
+    Ok(Image::Module(ModuleImage {
+        module: dir,
+        ..m.clone()
+    }))
 }
 
 impl Images {
@@ -91,13 +168,46 @@ impl Images {
         images
     }
 
-    /// The image a reference names: exactly, or without its digest, since the
-    /// manager may pin one.
-    pub fn get(&self, reference: &str) -> Option<&Image> {
-        self.by_reference.get(reference).or_else(|| {
-            let (name, _digest) = reference.split_once('@')?;
-            self.by_reference.get(name)
-        })
+    /// The image a reference names: exactly; by digest, what that digest
+    /// held when it was pulled; or a tag with a digest, by its tag.
+    pub fn get(&self, reference: &str) -> Option<Image> {
+        if let Some(image) = self.by_reference.get(reference) {
+            return Some(image.clone());
+        }
+        let (name, digest) = reference.split_once('@')?;
+        if let Some(image) = self.pulled.lock().ok()?.get(digest) {
+            return Some(image.clone());
+        }
+        self.by_reference.get(name).cloned()
+    }
+
+    /// Pulls `reference` as a container runtime does: the image it names
+    /// now, kept under its digest, and the image ID a kubelet reports,
+    /// `<repository>@sha256:<hex>`. A reference by a digest that was never
+    /// pulled pulls what its repository's tag holds, if that has the digest.
+    pub fn pull(&self, reference: &str) -> Option<(Image, String)> {
+        let repo = repository(reference);
+        let image = match self.get(reference) {
+            Some(image) => image,
+            None => {
+                let (_, wanted) = reference.split_once('@')?;
+                self.by_reference
+                    .iter()
+                    .filter(|(r, _)| repository(r) == repo)
+                    .map(|(_, i)| i.clone())
+                    .find(|i| digest_of(i).ok().as_deref() == Some(wanted))?
+            }
+        };
+        let digest = match reference.split_once('@') {
+            Some((_, d)) if self.pulled.lock().ok()?.contains_key(d) => d.to_owned(),
+            _ => digest_of(&image).ok()?,
+        };
+        let kept = snapshot(&image, &digest).ok()?;
+        self.pulled
+            .lock()
+            .ok()?
+            .insert(digest.clone(), kept.clone());
+        Some((kept, format!("{repo}@{digest}")))
     }
 }
 
@@ -138,9 +248,10 @@ mod tests {
             ("m:dev@sha256:0123", Some("module")),
             ("m:other", None),
             ("x@sha256:0123", None),
+            ("m@sha256:0123", None),
         ];
         for (reference, want) in cases {
-            let got = images.get(reference).map(|i| match i {
+            let got = images.get(reference).map(|i| match &i {
                 Image::Runner(_) => "runner",
                 Image::Module(_) => "module",
             });

@@ -218,10 +218,13 @@ impl PodRun {
             .iter_mut()
             .chain(self.statuses.main.iter_mut())
         {
-            if self.shared.images.get(&slot.image).is_none() {
-                let error = PodError::UnknownImage(slot.image.clone());
-                slot.state = waiting("ErrImagePull", Some(error.to_string()));
-                unknown = true;
+            match self.shared.images.pull(&slot.image) {
+                Some((_, image_id)) => slot.image_id = image_id,
+                None => {
+                    let error = PodError::UnknownImage(slot.image.clone());
+                    slot.state = waiting("ErrImagePull", Some(error.to_string()));
+                    unknown = true;
+                }
             }
         }
         if unknown {
@@ -255,7 +258,7 @@ impl PodRun {
                     .ok_or_else(|| config(PodError::UnknownImage(reference.clone())))?;
                 let root_has = |p: &Path| p.exists();
                 let argv = host_argv(
-                    image,
+                    &image,
                     container.command.as_deref().unwrap_or_default(),
                     container.args.as_deref().unwrap_or_default(),
                     &self.root,

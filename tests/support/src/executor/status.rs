@@ -52,6 +52,8 @@ pub(super) fn waiting(reason: &str, message: Option<String>) -> State {
 pub(super) struct Slot {
     name: String,
     pub(super) image: String,
+    /// What the kubelet reports once the image is pulled.
+    pub(super) image_id: String,
     pub(super) state: State,
 }
 
@@ -70,6 +72,7 @@ impl Statuses {
                 .map(|c| Slot {
                     name: c.name.clone(),
                     image: c.image.clone().unwrap_or_default(),
+                    image_id: String::new(),
                     state: waiting(reason, None),
                 })
                 .collect()
@@ -160,7 +163,7 @@ fn pod_status(statuses: &Statuses, start_time: Timestamp, now: Timestamp) -> Pod
         ContainerStatus {
             name: slot.name.clone(),
             image: slot.image.clone(),
-            image_id: String::new(),
+            image_id: slot.image_id.clone(),
             ready: running,
             started: Some(running),
             restart_count: 0,
@@ -283,6 +286,7 @@ mod tests {
         Slot {
             name: name.into(),
             image: "img".into(),
+            image_id: String::new(),
             state,
         }
     }
