@@ -122,6 +122,11 @@ pub const MANAGED_BY: &str = "cluster.x-k8s.io/managed-by";
 pub const PAUSED: &str = "cluster.x-k8s.io/paused";
 /// Keeps clusterctl move from moving an object while a Job runs for it.
 pub const BLOCK_MOVE: &str = "clusterctl.cluster.x-k8s.io/block-move";
+/// On a Machine: asks Cluster API to remediate it (ref §8.8).
+pub const REMEDIATE_MACHINE: &str = "cluster.x-k8s.io/remediate-machine";
+/// On a Machine, beside REMEDIATE_MACHINE: CAPTF set it, and why; without
+/// it the request is someone else's and stays.
+pub const REMEDIATION_REQUESTED: &str = "captf.io/remediation-requested";
 /// On a MachinePool: the autoscaler's bounds of its replicas.
 pub const AUTOSCALER_MIN_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
 pub const AUTOSCALER_MAX_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";

@@ -15,6 +15,7 @@ pub mod figures;
 pub mod history;
 pub mod ledger;
 mod reconcile;
+pub mod remediation;
 pub mod schedule;
 pub mod sweep;
 pub mod workload;

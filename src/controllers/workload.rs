@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::approval;
 use crate::api::{
-    ApiEndpoint, ApplyPolicy, DriftAction, TerraformCluster, TerraformMachine,
+    ApiEndpoint, ApplyPolicy, DriftAction, MachineRemediation, TerraformCluster, TerraformMachine,
     TerraformMachinePool, WorkspaceSpec, WorkspaceStatus,
 };
 use crate::keys::CLUSTER_NAME_LABEL;
@@ -56,6 +56,11 @@ pub trait Workload:
     /// the kind has an action and it says Remediate (ref §1.2).
     fn drift(&self) -> (Option<i64>, DriftAction) {
         (None, DriftAction::Report)
+    }
+
+    /// A TerraformMachine's `spec.remediation`.
+    fn remediation(&self) -> Option<&MachineRemediation> {
+        None
     }
 
     /// A pool's `membershipRefreshIntervalSeconds`.
@@ -152,6 +157,10 @@ impl Workload for TerraformMachine {
     fn drift(&self) -> (Option<i64>, DriftAction) {
         let interval = self.spec.drift.as_ref().and_then(|d| d.interval_seconds);
         (interval, DriftAction::Report)
+    }
+
+    fn remediation(&self) -> Option<&MachineRemediation> {
+        self.spec.remediation.as_ref()
     }
 
     fn workspace(&self) -> &WorkspaceSpec {

@@ -138,6 +138,33 @@ impl Metrics {
             .inc();
     }
 
+    /// A remediation request set or withdrawn:
+    /// `captf_remediation_requests_total`.
+    pub fn remediation(&self, action: RemediationAction) {
+        self.remediation_requests
+            .get_or_create(&RemediationLabels { action })
+            .inc();
+    }
+
+    /// A TerraformMachine's unhealthy samples in a row, or no series:
+    /// `captf_unhealthy_samples`.
+    pub fn unhealthy_samples(&self, namespace: &str, name: &str, samples: Option<u64>) {
+        let labels = MachineLabels {
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        match samples {
+            Some(n) => {
+                self.unhealthy_samples
+                    .get_or_create(&labels)
+                    .set(i64::try_from(n).unwrap_or(i64::MAX));
+            }
+            None => {
+                self.unhealthy_samples.remove(&labels);
+            }
+        }
+    }
+
     /// OutputsValid turned False for this reason:
     /// `captf_outputs_invalid_total`.
     pub fn outputs_invalid(&self, kind: Kind, reason: &'static str) {

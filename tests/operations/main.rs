@@ -6,6 +6,7 @@ mod approval;
 mod digest;
 mod drift;
 mod events;
+mod remediation;
 mod stuck;
 
 const MANAGER: &str = env!("CARGO_BIN_EXE_captf-manager");

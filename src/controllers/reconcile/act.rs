@@ -24,7 +24,7 @@ use super::plan::{Count, Note, Plan, Requeue, Write};
 use super::record::record;
 use super::{Object, finish};
 use crate::capi::autoscaling::{self, WriteBack};
-use crate::capi::objects::MachinePool;
+use crate::capi::objects::{Machine, MachinePool};
 use crate::controllers::conditions::{
     CREDENTIALS_MIRRORED, Cond, IDENTITY_ALLOWED, OUTPUTS_VALID, Status,
 };
@@ -35,8 +35,8 @@ use crate::controllers::{Context, Error, MANAGER};
 use crate::jobs::durable;
 use crate::jobs::leases;
 use crate::keys::{
-    BOOKKEPT, INPUTS_HASH, PROTECTED_LABEL, PROTECTION, REPLICAS_MANAGED_BY, RESTORE_STATE,
-    finalizer,
+    BOOKKEPT, INPUTS_HASH, PROTECTED_LABEL, PROTECTION, REMEDIATE_MACHINE, REMEDIATION_REQUESTED,
+    REPLICAS_MANAGED_BY, RESTORE_STATE, finalizer,
 };
 use crate::metrics::{BackupResult, IdentityDenied};
 use crate::names::{self, Kind};
@@ -149,6 +149,7 @@ pub async fn act<K: Workload>(
                 destroy,
             } => ctx.metrics.drift_found(K::KIND, add, change, destroy),
             Count::Attempts(op, n) => ctx.metrics.job_attempts(K::KIND, op, n),
+            Count::Remediation(action) => ctx.metrics.remediation(action),
         }
     }
     Ok(match plan.requeue {
@@ -272,6 +273,16 @@ async fn perform<K: Workload>(
             let patch = json!({"metadata": {"annotations": {key: value}}});
             Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
                 .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(Error::Kube)?;
+        }
+        Write::RemediateMachine { machine, reason } => {
+            let patch = json!({"metadata": {"annotations": {
+                REMEDIATE_MACHINE: reason.as_ref().map(|_| ""),
+                REMEDIATION_REQUESTED: reason,
+            }}});
+            Api::<Machine>::namespaced(ctx.client.clone(), &o.namespace)
+                .patch(&machine, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .map_err(Error::Kube)?;
         }
@@ -504,6 +515,13 @@ fn observe_metrics<K: Workload>(ctx: &Context, o: &Object, plan: &Plan) {
     }
     for (op, at) in &plan.last_success {
         m.last_success(K::KIND, ns, name, *op, *at);
+    }
+    if K::KIND == Kind::Machine {
+        let samples = plan
+            .kind_status
+            .get(super::drift::UNHEALTHY_SAMPLES)
+            .and_then(|v| v.as_u64());
+        m.unhealthy_samples(ns, name, samples);
     }
     for (op, result, figures) in &plan.figures {
         m.job_accounted(K::KIND, *op, *result, figures);

@@ -18,10 +18,14 @@ use crate::controllers::conditions::{
 };
 use crate::controllers::decide::{Finished, JobReason};
 use crate::controllers::ledger::Outcome;
+use crate::controllers::remediation;
 use crate::controllers::schedule::{self, Due, Health};
 use crate::controllers::workload::Workload;
 use crate::names::{Kind, Op};
 use crate::runner::plan::PlanReport;
+
+/// A machine's health-check interval when it sets none (ref §1.2).
+const HEALTH_CHECK_DEFAULT: Duration = Duration::from_secs(300);
 
 /// The most drifted addresses status lists.
 const DRIFT_RESOURCES: usize = 20;
@@ -166,8 +170,29 @@ pub fn sample<K: Workload>(applied_at: Option<Timestamp>, sampled: bool, plan: &
             true => Some(status.pending_refreshes.unwrap_or(0).saturating_add(1)),
             false => None,
         };
+        if K::KIND == Kind::Machine {
+            let before = plan
+                .kind_status
+                .get(UNHEALTHY_SAMPLES)
+                .and_then(|v| v.as_u64())
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(0);
+            let reason = plan
+                .draft
+                .status_of(INFRASTRUCTURE_HEALTHY)
+                .map_or("", |(_, r)| r);
+            match remediation::count(before, remediation::sample(reason)) {
+                0 => plan.kind_status.remove(UNHEALTHY_SAMPLES),
+                n => plan
+                    .kind_status
+                    .insert(UNHEALTHY_SAMPLES.into(), serde_json::Value::from(n)),
+            };
+        }
     }
 }
+
+/// A machine's kind status field of unhealthy samples in a row.
+pub const UNHEALTHY_SAMPLES: &str = "unhealthySamples";
 
 /// Remediation failures since the last successful drift check.
 pub fn remediation_failures(finished: &[Finished], since: Option<Timestamp>) -> u32 {
@@ -260,7 +285,14 @@ pub fn due<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Option<(Op, JobReas
                 .filter(|s| *s > 0)
                 .map_or(schedule::MEMBERSHIP_DEFAULT, secs)
         }),
-        health_check: None,
+        health_check: obj
+            .remediation()
+            .filter(|r| r.annotate_machine == Some(true))
+            .map(|r| {
+                r.health_check_interval_seconds
+                    .filter(|s| *s > 0)
+                    .map_or(HEALTH_CHECK_DEFAULT, secs)
+            }),
         drift,
     };
     if drift.is_some() {

@@ -23,6 +23,7 @@ mod observe;
 mod owners;
 mod plan;
 mod record;
+mod remediate;
 mod settle;
 mod start;
 
@@ -298,6 +299,7 @@ fn decide<K: Workload>(
                 .into_iter()
                 .any(|op| succeeded(op).is_some());
             drift::sample::<K>(succeeded(names::Op::Apply), sampled, &mut plan);
+            remediate::plan(&pass, &c, &mut plan);
             live::plan(&pass, &c, &mut plan);
             // Last, so that a Job that cannot be deleted keeps no other
             // write from happening.

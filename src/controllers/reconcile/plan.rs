@@ -18,7 +18,9 @@ use crate::controllers::deletion::Why;
 use crate::controllers::figures::JobFigures;
 use crate::controllers::ledger::Outcome;
 use crate::jobs::leases::Gate;
-use crate::metrics::{ApprovalResult, BackupResult, JobResult, RestoreResult, StateReadError};
+use crate::metrics::{
+    ApprovalResult, BackupResult, JobResult, RemediationAction, RestoreResult, StateReadError,
+};
 use crate::names::Op;
 
 /// The status a pass writes, and the condition transitions it made.
@@ -119,6 +121,7 @@ pub enum Count {
     Restore(RestoreResult),
     PlanApproval(ApprovalResult),
     DestructiveApprovalConsumed,
+    Remediation(RemediationAction),
     /// A Job of this op succeeded after this many attempts.
     Attempts(Op, u32),
     /// A drift check found these changes.
@@ -220,6 +223,12 @@ pub enum Write {
     },
     Unannotate {
         key: &'static str,
+    },
+    /// The remediation request on a machine's Machine (ref §8.8): set with
+    /// its reason, or withdrawn.
+    RemediateMachine {
+        machine: String,
+        reason: Option<String>,
     },
     /// A pool's autoscaling write-back to its MachinePool (ref §8.8).
     MachinePoolReplicas {

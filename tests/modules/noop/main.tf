@@ -268,8 +268,20 @@ output "exports" {
   }
 }
 
+# The instance's health as this module reads it: the content of the file
+# named by health_file ("running" without one), read again at every
+# refresh.
+variable "health_file" {
+  type    = string
+  default = ""
+}
+
+locals {
+  health_state = var.health_file == "" ? "running" : trimspace(file(var.health_file))
+}
+
 output "health" {
-  value = { state = "running", healthy = true }
+  value = { state = local.health_state, healthy = local.health_state == "running" }
 }
 
 # Machine role (provider_id also serves the pool role).
