@@ -34,7 +34,7 @@ async fn apply_sample(client: &kube::Client, path: &Path) -> Result<Vec<DynamicO
     let docs: Vec<DynamicObject> =
         serde_saphyr::from_multiple(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut stored = Vec::new();
-    for doc in docs {
+    for mut doc in docs {
         let types = doc
             .types
             .clone()
@@ -54,6 +54,9 @@ async fn apply_sample(client: &kube::Client, path: &Path) -> Result<Vec<DynamicO
             Scope::Cluster => Api::all_with(client.clone(), &resource),
         };
         let name = doc.metadata.name.clone().ok_or("a sample without a name")?;
+        if types.kind == "MachineDeployment" {
+            doc.data["spec"]["replicas"] = serde_json::json!(machine_count());
+        }
         let params = PatchParams::apply("captf-demo").force();
         stored.push(
             api.patch(&name, &params, &Patch::Apply(&doc))
@@ -62,6 +65,16 @@ async fn apply_sample(client: &kube::Client, path: &Path) -> Result<Vec<DynamicO
         );
     }
     Ok(stored)
+}
+
+/// How many Machines the demo's MachineDeployment asks for:
+/// `CAPTF_DEMO_MACHINES`, else the sample's 2.
+fn machine_count() -> usize {
+    std::env::var("CAPTF_DEMO_MACHINES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(2)
 }
 
 /// One line per change of an object's conditions, active Job or last run.
@@ -186,15 +199,23 @@ async fn follow(client: &kube::Client, plane: &controlplane::ControlPlane) -> Re
             .iter()
             .filter_map(|m| m.data.pointer("/status/phase")?.as_str().map(str::to_owned))
             .collect();
-        if provisioned && phases.len() == 2 && phases.iter().all(|p| p == "Running") {
+        if provisioned && phases.len() == machine_count() && phases.iter().all(|p| p == "Running") {
             let jobs = Api::<Job>::namespaced(client.clone(), "default")
                 .list(&Default::default())
                 .await
                 .map_err(|e| e.to_string())?;
+            let mut names: Vec<String> = jobs
+                .items
+                .iter()
+                .filter_map(|j| j.metadata.name.clone())
+                .collect();
+            names.sort();
             println!(
-                "\n==> the Cluster is provisioned and both Machines run, {}s after the samples, with {} Jobs",
+                "\n==> the Cluster is provisioned and its {} Machines run, {}s after the samples, with {} Jobs:\n    {}",
+                machine_count(),
                 started.elapsed().as_secs(),
-                jobs.items.len()
+                names.len(),
+                names.join("\n    ")
             );
             return Ok(());
         }
