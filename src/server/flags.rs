@@ -115,10 +115,6 @@ pub struct Flags {
           value_parser = clap::value_parser!(u16).range(1..))]
     pub terraformmachinepool_concurrency: u16,
 
-    #[arg(long, env = "CAPTF_TERRAFORMMACHINETEMPLATE_CONCURRENCY", default_value_t = 10,
-          value_parser = clap::value_parser!(u16).range(1..))]
-    pub terraformmachinetemplate_concurrency: u16,
-
     /// Log format; the level comes from RUST_LOG (default info).
     #[arg(long, env = "CAPTF_LOGGING_FORMAT", value_enum, default_value = "text")]
     pub logging_format: LoggingFormat,
@@ -357,10 +353,6 @@ impl Flags {
                 self.terraformmachinepool_concurrency.to_string(),
             ),
             (
-                "terraformmachinetemplate-concurrency",
-                self.terraformmachinetemplate_concurrency.to_string(),
-            ),
-            (
                 "logging-format",
                 match self.logging_format {
                     LoggingFormat::Text => "text".into(),
@@ -589,7 +581,9 @@ mod tests {
         assert_eq!(flags.health_addr, ":9440");
         assert_eq!(flags.diagnostics_address, ":8443");
         assert!(!flags.insecure_diagnostics);
-        assert_eq!(flags.terraformmachinetemplate_concurrency, 10);
+        // No TerraformMachineTemplate reconciler runs yet: its concurrency
+        // flag is refused rather than ignored.
+        assert!(parse(&["--terraformmachinetemplate-concurrency=5"]).is_err());
         assert_eq!(flags.logging_format, LoggingFormat::Text);
         assert_eq!(flags.drift_default_interval.0, Duration::from_secs(1800));
         assert!(flags.runner_events);
