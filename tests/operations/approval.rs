@@ -2,7 +2,7 @@
 //! "Plan hash", Appendix B "Plan key Secret") end to end: the manager, the
 //! local pod executor, real OpenTofu and the real API server.
 
-use captf::api::{TerraformCluster, WorkspaceStatus};
+use captf::api::{PlanPreview, TerraformCluster, WorkspaceStatus};
 use captf::names::Kind;
 use captf_testkit::scenario::*;
 use k8s_openapi::api::batch::v1::Job;
@@ -55,6 +55,12 @@ async fn settled(env: &Env, job_prefix: &str, want: (&str, &str), what: &str) ->
         .then_some(s)
     })
     .await
+}
+
+/// The cluster's `status.plan`.
+async fn waiting_plan(env: &Env) -> PlanPreview {
+    let c = env.api::<TerraformCluster>().get("c").await.unwrap();
+    c.status.and_then(|s| s.plan).expect("a plan waits")
 }
 
 /// A pass of the cluster after touching it, which decides anew.
@@ -206,7 +212,7 @@ async fn a_manual_plan_applies_only_once_approved_and_only_as_planned() {
     )
     .await;
     let c = env.api::<TerraformCluster>().get("c").await.unwrap();
-    let preview = c.status.as_ref().unwrap().plan.clone().unwrap();
+    let preview = waiting_plan(&env).await;
     assert_eq!(
         (preview.add, preview.change, preview.destroy),
         (Some(0), Some(1), Some(0))
@@ -273,16 +279,7 @@ async fn a_manual_plan_applies_only_once_approved_and_only_as_planned() {
         "the second plan",
     )
     .await;
-    let hash = env
-        .api::<TerraformCluster>()
-        .get("c")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .plan
-        .unwrap()
-        .plan_hash;
+    let hash = waiting_plan(&env).await.plan_hash;
     let mut swapped: Secret = env.secrets().get("captf-plan-c-c").await.unwrap();
     let data = swapped.data.as_mut().unwrap();
     data.get_mut("plan")
@@ -326,16 +323,7 @@ async fn a_manual_plan_applies_only_once_approved_and_only_as_planned() {
         "the third plan",
     )
     .await;
-    let approved = env
-        .api::<TerraformCluster>()
-        .get("c")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .plan
-        .unwrap()
-        .plan_hash;
+    let approved = waiting_plan(&env).await.plan_hash;
     let module = env.mutable_module.join("main.tf");
     let text = std::fs::read_to_string(&module).unwrap();
     std::fs::write(
@@ -351,15 +339,7 @@ async fn a_manual_plan_applies_only_once_approved_and_only_as_planned() {
         "the changed plan",
     )
     .await;
-    let now = env
-        .api::<TerraformCluster>()
-        .get("c")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .plan
-        .unwrap();
+    let now = waiting_plan(&env).await;
     assert_ne!(now.plan_hash, approved);
     assert!(now.job.starts_with("captf-c-c-apply-a5-"), "{now:?}");
     assert_eq!((now.add, now.change), (Some(1), Some(1)));

@@ -237,16 +237,7 @@ pub fn scheduled<K: Workload>(p: &Pass<'_, K>) -> bool {
 /// The refresh or drift check due now, or when to look again.
 pub fn due<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Option<(Op, JobReason)> {
     let obj = p.obj;
-    let (own, _) = obj.drift();
-    let inherited = p
-        .rest
-        .cluster
-        .as_ref()
-        .and_then(|c| c.spec.defaults.as_ref())
-        .and_then(|d| d.drift.as_ref())
-        .and_then(|d| d.interval_seconds);
-    let drift =
-        schedule::drift_interval(K::KIND, own, inherited, p.settings.drift_default_interval);
+    let drift = interval(p);
     let status = &plan.draft.status;
     let last_apply = p
         .finished
