@@ -3,9 +3,13 @@
 //! turn it on, CAPTF claims the replicas and writes back the count the
 //! module reports, without applying again for it; without the annotations
 //! the claim goes, and bad ones are reported while the pool still applies.
+//! And a pool's own schedule (ref §8.3): its membership refreshes and its
+//! drift checks, remediated under `action: Remediate`.
 
 mod capi_shared;
 use capi_shared::*;
+
+use std::time::Duration;
 
 use captf::api::TerraformMachinePool;
 use captf::names::Kind;
@@ -108,5 +112,65 @@ async fn an_autoscaled_pool_writes_its_replicas_back() {
         field(&env, CapiKind::MachinePool, "mp", "/spec/replicas").await,
         Some(json!(4)),
         "no write-back while autoscaling is off"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_refreshes_its_membership_and_remediates_its_drift() {
+    let (env, capi) = world("capi-pool-drift").await;
+    let jobs = JobsSeen::watch(&env);
+    cluster(&env, "c", None, false).await;
+    workload_kubeconfig(&env, "c").await;
+    let world_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(world_file.path(), "one").unwrap();
+    let path = world_file.path().to_str().unwrap().to_owned();
+    terraform_machine_pool(&env, "tp", "c", vars(&[("drift_file", json!(path))])).await;
+    env.api::<TerraformMachinePool>()
+        .patch(
+            "tp",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "membershipRefreshIntervalSeconds": 15,
+                "drift": {"intervalSeconds": 40, "action": "Remediate"}
+            }})),
+        )
+        .await
+        .unwrap();
+    bootstrap(&env, "mp-boot", "c").await;
+    let mp = capi::machine_pool("mp", "c", 2, "tp", "mp-boot", Some("1.36.3"));
+    capi::create(&env.client, &env.ns, mp).await;
+
+    // After its apply the pool reads its membership again every 15 s.
+    let refreshes = capi
+        .within(300, "three membership refreshes", || async {
+            let seen = jobs.named("captf-mp-tp-refresh");
+            (seen.len() >= 3).then_some(seen)
+        })
+        .await;
+    let mut starts: Vec<_> = refreshes.iter().map(|(_, at)| *at).collect();
+    starts.sort();
+    for pair in starts.windows(2) {
+        let gap = Duration::try_from(pair[1].duration_since(pair[0])).unwrap();
+        assert!(gap >= Duration::from_secs(15), "refreshes {gap:?} apart");
+    }
+
+    // The world changes: the next drift check finds it, and the pool is
+    // applied again to remediate it.
+    std::fs::write(world_file.path(), "two").unwrap();
+    capi.within(300, "the drift remediated", || async {
+        let s = env.status::<TerraformMachinePool>("tp").await?;
+        let remediated = !env
+            .events_about("DriftRemediationStarted", Kind::MachinePool, "tp")
+            .await
+            .is_empty();
+        (remediated && reason(&s, "DriftDetected") == Some(("False", "NoDrift"))).then_some(())
+    })
+    .await;
+    let applies = jobs.named("captf-mp-tp-apply");
+    assert_eq!(applies.len(), 2, "{applies:?}");
+    assert!(
+        !env.events_about("DriftDetected", Kind::MachinePool, "tp")
+            .await
+            .is_empty()
     );
 }

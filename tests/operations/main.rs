@@ -7,6 +7,7 @@ mod digest;
 mod drift;
 mod events;
 mod remediation;
+mod settings;
 mod stuck;
 
 const MANAGER: &str = env!("CARGO_BIN_EXE_captf-manager");

@@ -85,6 +85,18 @@ variable "cloud_scaled_to" {
   default = null
 }
 
+# The real world as this module sees it: the content of the file named by
+# drift_file. Changing the file out of band is drift.
+variable "drift_file" {
+  type    = string
+  default = ""
+}
+
+resource "terraform_data" "drift" {
+  count = var.drift_file == "" ? 0 : 1
+  input = var.drift_file == "" ? "" : trimspace(file(var.drift_file))
+}
+
 resource "terraform_data" "pool" {
   input = {
     object   = var.captf_object
