@@ -1,10 +1,11 @@
 //! Settings shown at work end to end: the manager's
-//! `--drift-default-interval` and `--runner-events=false`, and an object's
-//! own `cluster.x-k8s.io/paused` annotation.
+//! `--drift-default-interval`, `--runner-events=false` and `--watch-filter`;
+//! an object's own `cluster.x-k8s.io/paused` annotation and
+//! `spec.source.imagePullPolicy`; a cluster's `spec.defaults.drift`.
 
 use std::time::Duration;
 
-use captf::api::TerraformCluster;
+use captf::api::{TerraformCluster, TerraformMachine};
 use captf::names::Kind;
 use captf_testkit::scenario::*;
 use k8s_openapi::api::events::v1::Event;
@@ -107,4 +108,81 @@ async fn an_object_paused_by_its_own_annotation_starts_nothing() {
         .then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_machine_takes_its_clusters_default_drift_interval() {
+    let env = setup(MANAGER, "inherit", &[], &[]).await;
+    env.machine("m", "c", None).await;
+    env.api::<TerraformCluster>()
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"defaults": {"drift": {"intervalSeconds": 20}}}})),
+        )
+        .await
+        .unwrap();
+    within(&env, 240, "the machine applied", || async {
+        env.machine_status("m").await.filter(applied)
+    })
+    .await;
+    // A pass after the cluster's change reads the inherited interval.
+    env.api::<TerraformMachine>()
+        .patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"test/touch": "1"}}})),
+        )
+        .await
+        .unwrap();
+    let apply = env.jobs_named("captf-m-m-apply-").await;
+    let applied_at = apply[0]
+        .status
+        .as_ref()
+        .and_then(|s| s.completion_time.clone())
+        .unwrap()
+        .0;
+    let drift = within(&env, 120, "the machine's drift check", || async {
+        env.jobs_named("captf-m-m-drift-").await.into_iter().next()
+    })
+    .await;
+    let after = Duration::try_from(
+        drift
+            .metadata
+            .creation_timestamp
+            .unwrap()
+            .0
+            .duration_since(applied_at),
+    )
+    .unwrap();
+    assert!(
+        after >= Duration::from_secs(20) && after <= Duration::from_secs(22 + 15),
+        "the drift check came {after:?} after the apply"
+    );
+}
+
+#[tokio::test]
+async fn the_watch_filter_leaves_unlabeled_objects_alone() {
+    let env = setup(MANAGER, "filter", &[], &["--watch-filter=team-a"]).await;
+    env.cluster("b", NOOP, None).await;
+    env.cluster("a", NOOP, None).await;
+    env.api::<TerraformCluster>()
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"cluster.x-k8s.io/watch-filter": "team-a"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    within(&env, 240, "the labeled cluster applied", || async {
+        env.cluster_status("a").await.filter(applied)
+    })
+    .await;
+    // Applying `a` took several passes; `b` got none.
+    assert!(env.finalizers::<TerraformCluster>("b").await.is_empty());
+    assert!(env.cluster_status("b").await.is_none());
+    assert_eq!(env.passes(Kind::Cluster, "b"), 0);
+    assert!(env.jobs_named("captf-c-b-").await.is_empty());
 }
