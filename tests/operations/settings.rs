@@ -186,3 +186,81 @@ async fn the_watch_filter_leaves_unlabeled_objects_alone() {
     assert_eq!(env.passes(Kind::Cluster, "b"), 0);
     assert!(env.jobs_named("captf-c-b-").await.is_empty());
 }
+
+#[tokio::test]
+async fn a_jobs_policy_shapes_the_job_and_its_deadline_stops_it() {
+    let env = setup(MANAGER, "policy", &[], &[]).await;
+    let mut workspace = noop(vars(&[("sleep_seconds", json!(120))]));
+    workspace.identity_ref = Some(captf::api::IdentityReference {
+        name: env.identity.clone(),
+    });
+    workspace.jobs = Some(
+        serde_json::from_value(json!({
+            "activeDeadlineSeconds": 15,
+            "lockTimeoutSeconds": 5,
+            "resources": {"limits": {"memory": "300Mi"}},
+            "imagePullSecrets": [{"name": "registry"}],
+            "podSecurityContext": {"runAsUser": 4242},
+            "env": [{"name": "CAPTF_TEST_ENV", "value": "set"}]
+        }))
+        .unwrap(),
+    );
+    env.create_cluster("c", workspace).await;
+    let job = within(&env, 120, "the apply Job", || async {
+        env.jobs_named("captf-c-c-apply-").await.into_iter().next()
+    })
+    .await;
+    let spec = job.spec.unwrap();
+    assert_eq!(spec.active_deadline_seconds, Some(15));
+    let pod = spec.template.spec.unwrap();
+    assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "registry");
+    assert_eq!(pod.security_context.unwrap().run_as_user, Some(4242));
+    let source = &pod.containers[0];
+    let limits = source.resources.clone().unwrap().limits.unwrap();
+    assert_eq!(limits["memory"].0, "300Mi");
+    assert!(
+        source
+            .env
+            .iter()
+            .flatten()
+            .any(|e| e.name == "CAPTF_TEST_ENV" && e.value.as_deref() == Some("set"))
+    );
+    assert!(
+        source
+            .args
+            .iter()
+            .flatten()
+            .any(|a| a == "--lock-timeout=5s")
+    );
+    // The apply sleeps past the deadline: the Job controller stops it.
+    let s = within(&env, 180, "the deadline", || async {
+        let s = env.cluster_status("c").await?;
+        (condition(&s, "ApplyJobSucceeded") == Some(("False", "JobDeadlineExceeded"))).then_some(s)
+    })
+    .await;
+    assert!(s.last_run.unwrap().job.starts_with("captf-c-c-apply-a1-"));
+    let metrics = env.manager.metrics().await;
+    let line = "captf_jobs_total{kind=\"TerraformCluster\",op=\"apply\",result=\"deadline\"} 1";
+    assert!(metrics.lines().any(|l| l == line), "{line}\n{metrics}");
+}
+
+#[tokio::test]
+async fn json_logs_are_one_json_object_per_line() {
+    let env = setup(MANAGER, "json-logs", &[], &["--logging-format=json"]).await;
+    env.cluster("c", NOOP, None).await;
+    within(&env, 240, "the apply", || async {
+        env.cluster_status("c").await.filter(applied)
+    })
+    .await;
+    let log = env.manager.log();
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() > 10, "{log}");
+    for line in lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+        assert!(
+            v.get("level").is_some() && v.get("timestamp").is_some(),
+            "{line}"
+        );
+    }
+}
