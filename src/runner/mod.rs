@@ -13,6 +13,7 @@ pub mod events;
 pub mod exec;
 pub mod layout;
 pub mod plan;
+mod plans;
 pub mod redact;
 pub mod result;
 pub mod saved;
@@ -33,9 +34,9 @@ use args::{Paths, whole_seconds};
 use events::{Emitter, Type};
 use exec::{Finished, Invocation, Signals, Stopped};
 use plan::Plan;
+use plans::Store;
 use redact::Redactor;
 use result::{RunResult, StepRecord};
-use saved::{Saved, SavedError};
 use steps::{Stdout, Step, StepInputs, StepName, Verdict};
 use summary::FailedStep;
 
@@ -195,18 +196,6 @@ struct Runner<'a> {
     events: &'a mut Emitter,
 }
 
-/// The saved plan's Secret and what seals it.
-struct Store {
-    client: kube::Client,
-    namespace: String,
-    secret: String,
-    key: Vec<u8>,
-    inputs_hash: String,
-    /// The approved plan as found before the run, or why it cannot be
-    /// applied.
-    approved: Option<Result<Saved, SavedError>>,
-}
-
 impl Runner<'_> {
     async fn drive(&mut self) -> Result<(), RunError> {
         let (args, paths, log) = (self.args, self.paths, self.log);
@@ -339,141 +328,6 @@ impl Runner<'_> {
         if let Some(why) = self.events.emit(type_, reason, &note).await {
             self.log.say(&why);
         }
-    }
-
-    /// Reaches the saved plan's Secret and reads the plan key; for an
-    /// approved apply, also the approved plan, into `approved_file`.
-    async fn open_store(&mut self, approved_file: &Path) -> Result<(), RunError> {
-        let args = self.args;
-        let client = self
-            .client()
-            .await
-            .map_err(|e| self.step_error(StepName::Init, &e))?;
-        let fail = |why: String| self.step_error(StepName::Init, &why);
-        let (Some(secret), Some(inputs_hash), Some(namespace)) = (
-            args.plan_secret.clone(),
-            args.inputs_hash.clone(),
-            args.namespace(),
-        ) else {
-            return Err(fail(
-                "a saved plan needs --plan-secret, --inputs-hash and the backend's namespace"
-                    .into(),
-            ));
-        };
-        let key = fs::read(&self.paths.plan_key).map_err(|e| {
-            fail(format!(
-                "reading the plan key {}: {e}",
-                self.paths.plan_key.display()
-            ))
-        })?;
-        let mut store = Store {
-            client,
-            namespace: namespace.to_owned(),
-            secret,
-            key,
-            inputs_hash,
-            approved: None,
-        };
-        if args.approved_plan.is_some() {
-            let data = api::secret_data(&store.client, &store.namespace, &store.secret)
-                .await
-                .map_err(|e| fail(format!("reading the saved plan {}: {e}", store.secret)))?;
-            let opened = saved::open(&store.key, data.as_ref());
-            if let Ok(saved) = &opened {
-                fs::write(approved_file, &saved.plan)
-                    .map_err(|e| fail(format!("writing {}: {e}", approved_file.display())))?;
-            }
-            store.approved = Some(opened);
-        }
-        self.store = Some(store);
-        Ok(())
-    }
-
-    /// What a shown plan decides: a plan is saved; an approved apply goes on
-    /// only with the plan that was approved; a guarded apply stops before a
-    /// delete or a replace that was not approved.
-    async fn judge_plan(&mut self, plan_file: &Path) -> Result<(), RunError> {
-        let Some(plan) = self.shown.as_ref() else {
-            return Err(self.step_error(StepName::Show, "show -json printed no plan"));
-        };
-        let report = plan.report();
-        let destructive = plan.destructive_summary();
-        self.result.plan = Some(report.clone());
-        let summary = format!(
-            "plan {}: add {}, change {}, destroy {}",
-            report.plan_hash, report.add, report.change, report.destroy
-        );
-        self.emit(Type::Normal, "PlanSummary", &summary).await;
-        let args = self.args;
-        if args.op == Op::Plan {
-            return self.save_shown(plan_file).await;
-        }
-        if let Some(approved) = args.approved_plan.as_deref() {
-            let fresh = &report.plan_hash;
-            let why = match self.store.as_ref().and_then(|s| s.approved.as_ref()) {
-                None => Some("no approved plan was read".to_string()),
-                Some(Err(e)) => Some(e.to_string()),
-                Some(Ok(saved)) if saved.plan_hash != approved => Some(format!(
-                    "the saved plan is {}, not the approved {approved}",
-                    saved.plan_hash
-                )),
-                Some(Ok(saved))
-                    if Some(&saved.inputs_hash) != self.store.as_ref().map(|s| &s.inputs_hash) =>
-                {
-                    Some("the saved plan was made from other inputs".to_string())
-                }
-                Some(Ok(_)) if fresh != approved => Some(format!(
-                    "{approved} was approved, but the plan is now {fresh}"
-                )),
-                Some(Ok(_)) => None,
-            };
-            if let Some(why) = why {
-                self.save_shown(plan_file).await?;
-                return Err(RunError {
-                    kind: RunErrorKind::PlanChanged,
-                    step: Some(StepName::Plan.as_str().into()),
-                    summary: Some(format!(
-                        "{why}: not applied; plan {fresh} is saved for approval"
-                    )),
-                });
-            }
-            return Ok(());
-        }
-        if args.guarded && !args.allow_destructive && report.destructive {
-            return Err(RunError {
-                kind: RunErrorKind::Blocked,
-                step: Some(StepName::Plan.as_str().into()),
-                summary: Some(format!(
-                    "the plan deletes or replaces {destructive}: not applied"
-                )),
-            });
-        }
-        Ok(())
-    }
-
-    /// Seals the shown plan and its saved file into the plan's Secret.
-    async fn save_shown(&mut self, plan_file: &Path) -> Result<(), RunError> {
-        let fail = |why: String| self.step_error(StepName::Plan, &why);
-        let (Some(store), Some(plan)) = (self.store.as_ref(), self.shown.as_ref()) else {
-            return Err(fail("there is no plan to save".into()));
-        };
-        let bytes = fs::read(plan_file)
-            .map_err(|e| fail(format!("reading {}: {e}", plan_file.display())))?;
-        let data = saved::seal(
-            &store.key,
-            &Saved {
-                plan: bytes,
-                plan_hash: plan.hash(),
-                inputs_hash: store.inputs_hash.clone(),
-            },
-        )
-        .map_err(|e| fail(format!("saving the plan: {e}")))?;
-        api::replace_secret_data(&store.client, &store.namespace, &store.secret, data)
-            .await
-            .map_err(|e| fail(format!("saving the plan in {}: {e}", store.secret)))?;
-        self.log
-            .say(&format!("saved plan {} in {}", plan.hash(), store.secret));
-        Ok(())
     }
 
     /// `version -json`: informational, so its failure only costs the

@@ -11,7 +11,7 @@ use kube::ResourceExt;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use super::MANAGER;
+use super::{MANAGER, scraped};
 
 async fn patch(env: &Env, body: Value) {
     env.api::<TerraformCluster>()
@@ -179,13 +179,14 @@ async fn a_destructive_cluster_change_waits_for_its_approval() {
         (gone && told).then_some(())
     })
     .await;
-    let metrics = env.manager.metrics().await;
-    for line in [
-        "captf_destructive_plan_approvals_consumed_total{kind=\"TerraformCluster\"} 1",
-        "captf_jobs_total{kind=\"TerraformCluster\",op=\"apply\",result=\"blocked\"} 1",
-    ] {
-        assert!(metrics.lines().any(|l| l == line), "{line}\n{metrics}");
-    }
+    scraped(
+        &env,
+        &[
+            "captf_destructive_plan_approvals_consumed_total{kind=\"TerraformCluster\"} 1",
+            "captf_jobs_total{kind=\"TerraformCluster\",op=\"apply\",result=\"blocked\"} 1",
+        ],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -362,11 +363,12 @@ async fn a_manual_plan_applies_only_once_approved_and_only_as_planned() {
         "the new plan applied",
     )
     .await;
-    let metrics = env.manager.metrics().await;
-    for line in [
-        "captf_plan_approvals_total{kind=\"TerraformCluster\",result=\"approved\"} 5",
-        "captf_plan_approvals_total{kind=\"TerraformCluster\",result=\"changed\"} 2",
-    ] {
-        assert!(metrics.lines().any(|l| l == line), "{line}\n{metrics}");
-    }
+    scraped(
+        &env,
+        &[
+            "captf_plan_approvals_total{kind=\"TerraformCluster\",result=\"approved\"} 5",
+            "captf_plan_approvals_total{kind=\"TerraformCluster\",result=\"changed\"} 2",
+        ],
+    )
+    .await;
 }

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::MANAGER;
+use super::{MANAGER, completed_at, created_after, scraped};
 
 #[tokio::test]
 async fn drift_is_found_on_schedule_reported_then_remediated() {
@@ -40,13 +40,7 @@ async fn drift_is_found_on_schedule_reported_then_remediated() {
         Some(("Unknown", "DriftNotChecked")),
         "{s:?}"
     );
-    let apply = env.jobs_named("captf-c-c-apply-").await;
-    let applied_at = apply[0]
-        .status
-        .as_ref()
-        .and_then(|s| s.completion_time.clone())
-        .unwrap()
-        .0;
+    let applied_at = completed_at(&env, "captf-c-c-apply-").await;
 
     // The world changes; the next check finds it, one interval (plus at
     // most a tenth of it) after the apply.
@@ -56,10 +50,8 @@ async fn drift_is_found_on_schedule_reported_then_remediated() {
         (condition(&s, "DriftDetected") == Some(("True", "DriftReported"))).then_some(s)
     })
     .await;
-    let drift = env.jobs_named("captf-c-c-drift-").await;
-    assert_eq!(drift.len(), 1);
-    let started = drift[0].creation_timestamp().unwrap().0;
-    let after = Duration::try_from(started.duration_since(applied_at)).unwrap();
+    assert_eq!(env.jobs_named("captf-c-c-drift-").await.len(), 1);
+    let after = created_after(&env, "captf-c-c-drift-", applied_at, 1).await;
     assert!(
         after >= Duration::from_secs(interval)
             && after <= Duration::from_secs(interval * 11 / 10 + 15),
@@ -87,17 +79,18 @@ async fn drift_is_found_on_schedule_reported_then_remediated() {
             .len(),
         1
     );
-    let metrics = env.manager.metrics().await;
     let gauge = format!(
         "captf_drift_detected{{kind=\"TerraformCluster\",namespace=\"{}\",name=\"c\"}} 1",
         env.ns
     );
-    for line in [
-        gauge.as_str(),
-        "captf_drift_resources_total{kind=\"TerraformCluster\",action=\"change\"} 1",
-    ] {
-        assert!(metrics.lines().any(|l| l == line), "{line}\n{metrics}");
-    }
+    scraped(
+        &env,
+        &[
+            gauge.as_str(),
+            "captf_drift_resources_total{kind=\"TerraformCluster\",action=\"change\"} 1",
+        ],
+    )
+    .await;
     // Reported only: nothing was applied.
     assert_eq!(env.jobs_named("captf-c-c-apply-").await.len(), 1);
 

@@ -12,25 +12,19 @@ use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::config::{AuthInfo, Config, KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 
-use super::MANAGER;
+use super::{MANAGER, runner_events};
 
 /// The runner's events about the cluster `c`, in the order it sent them.
-async fn runner_events(env: &Env) -> Vec<Event> {
-    let mut events: Vec<Event> = Api::<Event>::namespaced(env.client.clone(), &env.ns)
-        .list(&ListParams::default())
+async fn about_c(env: &Env) -> Vec<Event> {
+    runner_events(env)
         .await
-        .unwrap()
-        .items
         .into_iter()
-        .filter(|e| e.reporting_controller.as_deref() == Some("captf.io/runner"))
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("c"))
-        .collect();
-    events.sort_by_key(|e| e.metadata.name.clone());
-    events
+        .collect()
 }
 
 #[tokio::test]
@@ -42,7 +36,7 @@ async fn an_apply_reports_its_progress_on_the_object() {
     })
     .await;
     let events = within(&env, 60, "the runner's events", || async {
-        let events = runner_events(&env).await;
+        let events = about_c(&env).await;
         events
             .iter()
             .any(|e| e.reason.as_deref() == Some("RunFinished"))
@@ -213,5 +207,5 @@ async fn a_run_whose_events_are_refused_still_succeeds() {
         condition(&s, "ApplyJobSucceeded"),
         Some(("True", "ApplySucceeded"))
     );
-    assert!(runner_events(&env).await.is_empty());
+    assert!(about_c(&env).await.is_empty());
 }

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
-use super::MANAGER;
+use super::{MANAGER, scraped};
 
 async fn machine_annotations(env: &Env) -> std::collections::BTreeMap<String, String> {
     Api::<Machine>::namespaced(env.client.clone(), &env.ns)
@@ -87,11 +87,12 @@ async fn an_unhealthy_machine_asks_for_remediation_until_it_recovers() {
             .len(),
         1
     );
-    let metrics = env.manager.metrics().await;
-    for line in [
-        "captf_remediation_requests_total{action=\"requested\"} 1",
-        "captf_remediation_requests_total{action=\"withdrawn\"} 1",
-    ] {
-        assert!(metrics.lines().any(|l| l == line), "{line}\n{metrics}");
-    }
+    scraped(
+        &env,
+        &[
+            "captf_remediation_requests_total{action=\"requested\"} 1",
+            "captf_remediation_requests_total{action=\"withdrawn\"} 1",
+        ],
+    )
+    .await;
 }

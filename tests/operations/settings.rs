@@ -8,11 +8,10 @@ use std::time::Duration;
 use captf::api::{TerraformCluster, TerraformMachine};
 use captf::names::Kind;
 use captf_testkit::scenario::*;
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use super::MANAGER;
+use super::{MANAGER, completed_at, created_after, runner_events, scraped};
 
 #[tokio::test]
 async fn the_default_drift_interval_schedules_and_runner_events_can_be_off() {
@@ -29,23 +28,13 @@ async fn the_default_drift_interval_schedules_and_runner_events_can_be_off() {
         env.cluster_status("c").await.filter(applied)
     })
     .await;
-    let apply = env.jobs_named("captf-c-c-apply-").await;
-    let applied_at = apply[0]
-        .status
-        .as_ref()
-        .and_then(|s| s.completion_time.clone())
-        .unwrap()
-        .0;
-    let drift = within(&env, 120, "a drift check", || async {
-        env.jobs_named("captf-c-c-drift-").await.into_iter().next()
-    })
-    .await;
-    let started = drift.metadata.creation_timestamp.unwrap().0;
-    let after = Duration::try_from(started.duration_since(applied_at)).unwrap();
+    let applied_at = completed_at(&env, "captf-c-c-apply-").await;
+    let after = created_after(&env, "captf-c-c-drift-", applied_at, 120).await;
     assert!(
         after >= Duration::from_secs(20) && after <= Duration::from_secs(22 + 15),
         "the drift check came {after:?} after the apply"
     );
+    let drift = env.jobs_named("captf-c-c-drift-").await.remove(0);
     // The Job asks for no events, and the runner sent none.
     let args = drift.spec.unwrap().template.spec.unwrap().containers[0]
         .args
@@ -55,15 +44,7 @@ async fn the_default_drift_interval_schedules_and_runner_events_can_be_off() {
         !args.iter().any(|a| a.starts_with("--events-for")),
         "{args:?}"
     );
-    let runner_events = Api::<Event>::namespaced(env.client.clone(), &env.ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reporting_controller.as_deref() == Some("captf.io/runner"))
-        .count();
-    assert_eq!(runner_events, 0);
+    assert!(runner_events(&env).await.is_empty());
 }
 
 #[tokio::test]
@@ -135,26 +116,8 @@ async fn a_machine_takes_its_clusters_default_drift_interval() {
         )
         .await
         .unwrap();
-    let apply = env.jobs_named("captf-m-m-apply-").await;
-    let applied_at = apply[0]
-        .status
-        .as_ref()
-        .and_then(|s| s.completion_time.clone())
-        .unwrap()
-        .0;
-    let drift = within(&env, 120, "the machine's drift check", || async {
-        env.jobs_named("captf-m-m-drift-").await.into_iter().next()
-    })
-    .await;
-    let after = Duration::try_from(
-        drift
-            .metadata
-            .creation_timestamp
-            .unwrap()
-            .0
-            .duration_since(applied_at),
-    )
-    .unwrap();
+    let applied_at = completed_at(&env, "captf-m-m-apply-").await;
+    let after = created_after(&env, "captf-m-m-drift-", applied_at, 120).await;
     assert!(
         after >= Duration::from_secs(20) && after <= Duration::from_secs(22 + 15),
         "the drift check came {after:?} after the apply"
@@ -239,9 +202,11 @@ async fn a_jobs_policy_shapes_the_job_and_its_deadline_stops_it() {
     })
     .await;
     assert!(s.last_run.unwrap().job.starts_with("captf-c-c-apply-a1-"));
-    let metrics = env.manager.metrics().await;
-    let line = "captf_jobs_total{kind=\"TerraformCluster\",op=\"apply\",result=\"deadline\"} 1";
-    assert!(metrics.lines().any(|l| l == line), "{line}\n{metrics}");
+    scraped(
+        &env,
+        &["captf_jobs_total{kind=\"TerraformCluster\",op=\"apply\",result=\"deadline\"} 1"],
+    )
+    .await;
 }
 
 #[tokio::test]
