@@ -132,7 +132,10 @@ async fn a_machine_pool_follows_its_replicas() {
     let (env, capi) = world("capi-mp").await;
     cluster(&env, "c", None, false).await;
     workload_kubeconfig(&env, "c").await;
-    terraform_machine_pool(&env, "tp", "c", None).await;
+    // The module names the group too: spec.providerID.
+    let group = format!("captf-test://{}/group", env.ns);
+    let variables = vars(&[("group_provider_id", json!(group))]);
+    terraform_machine_pool(&env, "tp", "c", variables).await;
     bootstrap(&env, "mp-boot", "c").await;
     let mp = capi::machine_pool("mp", "c", 2, "tp", "mp-boot", Some("1.36.3"));
     capi::create(&env.client, &env.ns, mp).await;
@@ -158,6 +161,7 @@ async fn a_machine_pool_follows_its_replicas() {
         assert_eq!(status.replicas, Some(n as i32));
         assert_eq!(status.ready, Some(true));
         assert_eq!(tp.spec.provider_id_list.map(|l| l.len()), Some(n));
+        assert_eq!(tp.spec.provider_id.as_deref(), Some(group.as_str()));
     }
 }
 

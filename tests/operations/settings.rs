@@ -1,13 +1,15 @@
 //! Settings shown at work end to end: the manager's
 //! `--drift-default-interval`, `--runner-events=false` and `--watch-filter`;
 //! an object's own `cluster.x-k8s.io/paused` annotation and
-//! `spec.source.imagePullPolicy`; a cluster's `spec.defaults.drift`.
+//! `spec.source.imagePullPolicy`; a cluster's `spec.defaults.drift` and
+//! `spec.defaults.jobs`, a machine's own `spec.drift`; a jobs policy.
 
 use std::time::Duration;
 
-use captf::api::{TerraformCluster, TerraformMachine};
+use captf::api::{ImagePullPolicy, TerraformCluster, TerraformMachine};
 use captf::names::Kind;
 use captf_testkit::scenario::*;
+use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
@@ -99,7 +101,13 @@ async fn a_machine_takes_its_clusters_default_drift_interval() {
         .patch(
             "c",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"defaults": {"drift": {"intervalSeconds": 20}}}})),
+            &Patch::Merge(json!({"spec": {"defaults": {
+                "drift": {"intervalSeconds": 20},
+                "jobs": {
+                    "lockTimeoutSeconds": 7,
+                    "env": [{"name": "CAPTF_TEST_DEFAULTS", "value": "inherited"}]
+                }
+            }}})),
         )
         .await
         .unwrap();
@@ -121,6 +129,56 @@ async fn a_machine_takes_its_clusters_default_drift_interval() {
     assert!(
         after >= Duration::from_secs(20) && after <= Duration::from_secs(22 + 15),
         "the drift check came {after:?} after the apply"
+    );
+    // The check's Job has the jobs policy the cluster's defaults give.
+    let drift = env.jobs_named("captf-m-m-drift-").await.remove(0);
+    let source = drift
+        .spec
+        .unwrap()
+        .template
+        .spec
+        .unwrap()
+        .containers
+        .remove(0);
+    assert!(
+        source
+            .env
+            .iter()
+            .flatten()
+            .any(|e| e.name == "CAPTF_TEST_DEFAULTS" && e.value.as_deref() == Some("inherited")),
+        "{:?}",
+        source.env
+    );
+    let args = source.args.unwrap_or_default();
+    assert!(args.iter().any(|a| a == "--lock-timeout=7s"), "{args:?}");
+    // The machine's own interval wins over its cluster's.
+    env.api::<TerraformMachine>()
+        .patch(
+            "m",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"drift": {"intervalSeconds": 30}}})),
+        )
+        .await
+        .unwrap();
+    let checked = within(&env, 120, "the first drift check done", || async {
+        let jobs = env.jobs_named("captf-m-m-drift-").await;
+        jobs.first()?.status.as_ref()?.completion_time.clone()
+    })
+    .await
+    .0;
+    let next = within(&env, 120, "the next drift check", || async {
+        env.jobs_named("captf-m-m-drift-")
+            .await
+            .into_iter()
+            .filter_map(|j| j.metadata.creation_timestamp)
+            .find(|t| t.0 > checked)
+    })
+    .await
+    .0;
+    let gap = Duration::try_from(next.duration_since(checked)).unwrap();
+    assert!(
+        gap >= Duration::from_secs(30) && gap <= Duration::from_secs(33 + 15),
+        "the machine's own interval: the next check came {gap:?} after the first"
     );
 }
 
@@ -164,6 +222,7 @@ async fn a_jobs_policy_shapes_the_job_and_its_deadline_stops_it() {
             "resources": {"limits": {"memory": "300Mi"}},
             "imagePullSecrets": [{"name": "registry"}],
             "podSecurityContext": {"runAsUser": 4242},
+            "securityContext": {"runAsGroup": 4343},
             "env": [{"name": "CAPTF_TEST_ENV", "value": "set"}]
         }))
         .unwrap(),
@@ -179,6 +238,12 @@ async fn a_jobs_policy_shapes_the_job_and_its_deadline_stops_it() {
     assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "registry");
     assert_eq!(pod.security_context.unwrap().run_as_user, Some(4242));
     let source = &pod.containers[0];
+    let hardened = source.security_context.clone().unwrap();
+    // Merged over the hardened defaults, which stay.
+    assert_eq!(
+        (hardened.run_as_group, hardened.allow_privilege_escalation),
+        (Some(4343), Some(false))
+    );
     let limits = source.resources.clone().unwrap().limits.unwrap();
     assert_eq!(limits["memory"].0, "300Mi");
     assert!(
@@ -228,4 +293,64 @@ async fn json_logs_are_one_json_object_per_line() {
             "{line}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_pull_policy_reaches_the_job_and_changing_it_applies_nothing() {
+    let env = setup(MANAGER, "pull", &[], &[]).await;
+    let mut workspace = noop(None);
+    workspace.source.image_pull_policy = Some(ImagePullPolicy::Always);
+    workspace.identity_ref = Some(captf::api::IdentityReference {
+        name: env.identity.clone(),
+    });
+    env.create_cluster("c", workspace).await;
+    within(&env, 240, "the apply", || async {
+        env.cluster_status("c").await.filter(applied)
+    })
+    .await;
+    let policy = |job: &Job| {
+        let pod = job.spec.clone().unwrap().template.spec.unwrap();
+        pod.containers[0]
+            .image_pull_policy
+            .clone()
+            .unwrap_or_default()
+    };
+    let first = env.jobs_named("captf-c-c-apply-").await;
+    assert_eq!(policy(&first[0]), "Always");
+
+    // The policy is how an image is fetched, not an input: no apply.
+    let api = env.api::<TerraformCluster>();
+    let spec = |body: serde_json::Value| Patch::Merge(json!({ "spec": body }));
+    let changed = api
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &spec(json!({"source": {"imagePullPolicy": "IfNotPresent"}})),
+        )
+        .await
+        .unwrap();
+    let generation = changed.metadata.generation;
+    within(&env, 60, "a pass over the new policy", || async {
+        let s = env.cluster_status("c").await?;
+        (s.observed_generation == generation).then_some(())
+    })
+    .await;
+    assert_eq!(env.jobs_named("captf-c-c-apply-").await.len(), 1);
+
+    // The next apply, for a new input, fetches the image the new way.
+    api.patch(
+        "c",
+        &PatchParams::default(),
+        &spec(json!({"variables": {"message": "next"}})),
+    )
+    .await
+    .unwrap();
+    let next = within(&env, 240, "the next apply", || async {
+        env.jobs_named("captf-c-c-apply-a2")
+            .await
+            .into_iter()
+            .next()
+    })
+    .await;
+    assert_eq!(policy(&next), "IfNotPresent");
 }

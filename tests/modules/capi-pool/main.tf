@@ -113,9 +113,15 @@ locals {
   ])
 }
 
-# No group ID: the pool's members carry the IDs.
+# The pool's own ID, for a cloud that has one for the group; by default
+# none, and the members carry the IDs.
+variable "group_provider_id" {
+  type    = string
+  default = ""
+}
+
 output "provider_id" {
-  value = null
+  value = var.group_provider_id == "" ? null : var.group_provider_id
 }
 
 output "provider_id_list" {

@@ -29,7 +29,7 @@ fn the_demo_brings_the_samples_up() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("the Cluster is provisioned and both Machines run"),
+        stdout.contains("the Cluster is provisioned and its 2 Machines run"),
         "{stdout}"
     );
     // clusterctl's tree shows the Cluster, its infrastructure and the
