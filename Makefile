@@ -2,7 +2,7 @@
 
 CARGO ?= cargo
 
-.PHONY: demo test bench platform runner
+.PHONY: demo test bench platform runner release-manifests
 
 # Builds kube-apiserver, kube-controller-manager, etcd, kubectl, tofu and helm from
 # source into ~/.cache/captf/bin (skipped when cached).
@@ -29,3 +29,8 @@ test: platform runner
 
 bench: platform
 	$(CARGO) bench --workspace
+
+# clusterctl's release artifacts in out/: infrastructure-components.yaml,
+# metadata.yaml and cluster-template.yaml (README "Installing with clusterctl").
+release-manifests:
+	hack/release-manifests.sh out

@@ -22,3 +22,7 @@ pub mod runner;
 pub mod server;
 pub mod state;
 pub mod webhooks;
+
+/// The release of CAPTF: the crate version, also its clusterctl release
+/// (`v<VERSION>`) and the manager image tag of its release manifests.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -139,7 +139,7 @@ impl Metrics {
         let build_info = Family::<BuildInfoLabels, Gauge>::default();
         build_info
             .get_or_create(&BuildInfoLabels {
-                version: env!("CARGO_PKG_VERSION"),
+                version: crate::VERSION,
                 // Set by the release build; a local build has no commit to name.
                 commit: option_env!("CAPTF_GIT_COMMIT").unwrap_or("unknown"),
                 contract: CONTRACT,

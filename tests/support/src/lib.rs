@@ -2,12 +2,14 @@
 //! plane and a namespace per test.
 
 pub mod capi;
+pub mod clusterctl;
 pub mod controlplane;
 pub mod executor;
 pub mod manager;
 pub mod owners;
 pub mod refusal;
 pub mod scenario;
+pub mod upstream;
 
 pub use executor::{Executor, Images, ModuleImage};
 

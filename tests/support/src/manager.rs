@@ -251,6 +251,26 @@ pub async fn install_crds(client: &kube::Client) {
     wait_established(&api, &names).await;
 }
 
+/// Applies CRDs given as documents (server-side, forced: many tests of a
+/// binary may apply the same ones at once, and unchanged CRDs change
+/// nothing) and waits until they serve.
+pub async fn apply_crds(client: &kube::Client, crds: &[serde_json::Value]) {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let params = PatchParams::apply("captf-testkit").force();
+    let mut names = Vec::new();
+    for crd in crds {
+        let name = crd["metadata"]["name"]
+            .as_str()
+            .expect("a named CRD")
+            .to_string();
+        api.patch(&name, &params, &Patch::Apply(crd))
+            .await
+            .unwrap_or_else(|e| panic!("applying the CRD {name}: {e}"));
+        names.push(name);
+    }
+    wait_established(&api, &names).await;
+}
+
 /// Waits until each of the CRDs `names` is Established.
 pub(crate) async fn wait_established(api: &Api<CustomResourceDefinition>, names: &[String]) {
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -14,68 +14,27 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
 use serde_json::Value;
 
 use crate::controlplane::{self, ControlPlane, spawn_owned};
-use crate::manager::{free_port, http_status, wait_established};
+use crate::manager::{apply_crds, free_port, http_status};
+use crate::upstream;
 
 /// The pinned Cluster API release, e.g. `1.14.2`.
 pub fn version() -> String {
     controlplane::version("CLUSTER_API_VERSION")
 }
 
-/// The module directory of the pinned release in the Go module cache, as
-/// `go mod download -json` reports it (downloading it if it is missing).
+/// The module directory of the pinned release in the Go module cache.
 pub fn module_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let module = format!("sigs.k8s.io/cluster-api@v{}", version());
-        // Outside any go.mod, so that no main module's requirements apply.
-        let out = Command::new("go")
-            .args(["mod", "download", "-json", &module])
-            .current_dir(std::env::temp_dir())
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| panic!("running go mod download {module}: {e}"));
-        assert!(
-            out.status.success(),
-            "go mod download {module} failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let info: Value = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("go mod download -json {module}: {e}"));
-        let dir = info["Dir"]
-            .as_str()
-            .unwrap_or_else(|| panic!("go mod download -json {module} names no Dir: {info}"));
-        PathBuf::from(dir)
-    })
+    DIR.get_or_init(|| upstream::go_module(&format!("sigs.k8s.io/cluster-api@v{}", version())))
 }
 
 /// The CRDs of `core/config/crd/bases`, parsed once per test binary.
 fn crds() -> &'static [Value] {
     static CRDS: OnceLock<Vec<Value>> = OnceLock::new();
-    CRDS.get_or_init(|| {
-        let bases = module_dir().join("core/config/crd/bases");
-        let mut paths: Vec<PathBuf> = std::fs::read_dir(&bases)
-            .unwrap_or_else(|e| panic!("reading {}: {e}", bases.display()))
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-            .collect();
-        paths.sort();
-        paths
-            .iter()
-            .map(|path| {
-                let text = std::fs::read_to_string(path)
-                    .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-                serde_saphyr::from_str(&text)
-                    .unwrap_or_else(|e| panic!("parsing {}: {e}", path.display()))
-            })
-            .collect()
-    })
+    CRDS.get_or_init(|| upstream::yaml_dir(&module_dir().join("core/config/crd/bases")))
 }
 
 /// Installs Cluster API's CRDs and waits until they serve. Idempotent: many
@@ -83,20 +42,7 @@ fn crds() -> &'static [Value] {
 /// CRDs changes nothing, so their generation and the manager's CRD migration
 /// stay put).
 pub async fn install_crds(client: &kube::Client) {
-    let api = Api::<CustomResourceDefinition>::all(client.clone());
-    let params = PatchParams::apply("captf-testkit").force();
-    let mut names = Vec::new();
-    for crd in crds() {
-        let name = crd["metadata"]["name"]
-            .as_str()
-            .expect("a named CRD")
-            .to_string();
-        api.patch(&name, &params, &Patch::Apply(crd))
-            .await
-            .unwrap_or_else(|e| panic!("applying the CRD {name}: {e}"));
-        names.push(name);
-    }
-    wait_established(&api, &names).await;
+    apply_crds(client, crds()).await;
 }
 
 /// The Cluster API core manager, watching one namespace. Stopped, with its
