@@ -100,3 +100,82 @@ impl Clusterctl {
         cmd
     }
 }
+
+/// What `clusterctl init` leaves on a management cluster that matters to
+/// `clusterctl move`, for a control plane whose Cluster API and CAPTF CRDs
+/// the test kit installed: the `clusterctl.cluster.x-k8s.io` and provider
+/// labels on those CRDs (move discovers kinds by the first; clusterctl's
+/// own merge patch, so that the test kit's server-side applies keep it),
+/// clusterctl's Provider CRD, and the inventory of both providers. The
+/// controllers run as processes, not from the inventory's Deployments.
+pub async fn init_inventory(client: &kube::Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    for crd in crds.list(&ListParams::default()).await.unwrap() {
+        let provider = match crd.spec.group.as_str() {
+            "infrastructure.cluster.x-k8s.io" => "infrastructure-terraform",
+            "cluster.x-k8s.io" | "addons.cluster.x-k8s.io" | "runtime.cluster.x-k8s.io" => {
+                "cluster-api"
+            }
+            _ => continue,
+        };
+        let labels = json!({"metadata": {"labels": {
+            "clusterctl.cluster.x-k8s.io": "",
+            "cluster.x-k8s.io/provider": provider,
+        }}});
+        crds.patch(
+            &crd.metadata.name.unwrap(),
+            &PatchParams::default(),
+            &Patch::Merge(labels),
+        )
+        .await
+        .unwrap();
+    }
+    let manifest = crate::capi::module_dir().join("cmd/clusterctl/config/manifest");
+    crate::manager::apply_crds(client, &crate::upstream::yaml_dir(&manifest)).await;
+    let gvk =
+        kube::api::GroupVersionKind::gvk("clusterctl.cluster.x-k8s.io", "v1alpha3", "Provider");
+    let resource = kube::api::ApiResource::from_gvk(&gvk);
+    for (name, provider, kind, version, namespace) in [
+        (
+            "cluster-api",
+            "cluster-api",
+            "CoreProvider",
+            format!("v{}", crate::capi::version()),
+            "capi-system",
+        ),
+        (
+            "infrastructure-terraform",
+            PROVIDER,
+            "InfrastructureProvider",
+            release(),
+            "captf-system",
+        ),
+    ] {
+        let ns = k8s_openapi::api::core::v1::Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(namespace.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let _ = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await;
+        let mut object = DynamicObject::new(name, &resource).within(namespace);
+        object.metadata.labels = Some(
+            [
+                ("clusterctl.cluster.x-k8s.io".to_string(), String::new()),
+                ("cluster.x-k8s.io/provider".to_string(), name.to_string()),
+            ]
+            .into(),
+        );
+        object.data = json!({"providerName": provider, "type": kind, "version": version});
+        let _ = Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &resource)
+            .create(&PostParams::default(), &object)
+            .await;
+    }
+}

@@ -72,12 +72,22 @@ pub struct ControlPlane {
     children: Mutex<Vec<(&'static str, Child)>>,
 }
 
-static SHARED: OnceLock<ControlPlane> = OnceLock::new();
+static SHARED: [OnceLock<ControlPlane>; 2] = [OnceLock::new(), OnceLock::new()];
 
 /// The control plane of this test binary, started on first use.
 pub fn shared() -> &'static ControlPlane {
-    SHARED.get_or_init(|| {
-        let plane = start().unwrap_or_else(|e| panic!("starting the control plane: {e}"));
+    nth(0)
+}
+
+/// A second control plane of this test binary, for a test that moves
+/// objects from one management cluster to another.
+pub fn other() -> &'static ControlPlane {
+    nth(1)
+}
+
+fn nth(i: usize) -> &'static ControlPlane {
+    SHARED[i].get_or_init(|| {
+        let plane = start().unwrap_or_else(|e| panic!("starting a control plane: {e}"));
         // SAFETY: registering a plain extern "C" function with no arguments.
         unsafe { libc::atexit(stop_shared) };
         plane
@@ -85,7 +95,7 @@ pub fn shared() -> &'static ControlPlane {
 }
 
 extern "C" fn stop_shared() {
-    if let Some(plane) = SHARED.get() {
+    for plane in SHARED.iter().filter_map(OnceLock::get) {
         plane.stop();
     }
 }

@@ -18,7 +18,7 @@ use captf::names::{self, Kind};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -26,7 +26,7 @@ use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, P
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
-use crate::controlplane;
+use crate::controlplane::{self, ControlPlane};
 use crate::executor::{Executor, Image, Images};
 use crate::manager::{Manager, install_crds, install_runner_role};
 
@@ -41,6 +41,8 @@ pub const MUTABLE: &str = "captf.test/modules/mutable:dev";
 
 /// One test's world.
 pub struct Env {
+    /// The control plane the namespace is on.
+    pub plane: &'static ControlPlane,
     pub client: kube::Client,
     pub ns: String,
     /// The identity that allows `ns`; its Secret is `creds` in `ns`.
@@ -63,13 +65,40 @@ pub struct Env {
 /// `env!("CARGO_BIN_EXE_captf-manager")`) for that namespace, with `extra`
 /// flags.
 pub async fn setup(binary: &str, prefix: &str, creds: &[(&str, &str)], extra: &[&str]) -> Env {
-    let plane = controlplane::shared();
-    let client = plane.client().await;
+    let client = controlplane::shared().client().await;
     install_crds(&client).await;
     crate::capi::install_crds(&client).await;
-    install_runner_role(&client).await;
     let ns = crate::namespace(&client, prefix).await;
     let identity = format!("id-{ns}");
+    create_identity(&client, &identity, &ns, &ns).await;
+    setup_in(controlplane::shared(), binary, &ns, &identity, creds, extra).await
+}
+
+/// [`setup`] on `plane`, in the namespace `ns` (created if missing), for
+/// the identity `identity` that is left to the caller: what a namespace
+/// needs once its objects arrive by a move.
+pub async fn setup_in(
+    plane: &'static ControlPlane,
+    binary: &str,
+    ns: &str,
+    identity: &str,
+    creds: &[(&str, &str)],
+    extra: &[&str],
+) -> Env {
+    let client = plane.client().await;
+    install_runner_role(&client).await;
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(ns.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let _ = Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await;
+    let ns = ns.to_string();
+    let identity = identity.to_string();
     let secret = Secret {
         metadata: ObjectMeta {
             name: Some("creds".into()),
@@ -87,7 +116,6 @@ pub async fn setup(binary: &str, prefix: &str, creds: &[(&str, &str)], extra: &[
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    create_identity(&client, &identity, &ns, &ns).await;
     let mutable = tempfile::tempdir().unwrap();
     let images = images();
     let Some(Image::Module(noop)) = images.get(NOOP) else {
@@ -102,9 +130,10 @@ pub async fn setup(binary: &str, prefix: &str, creds: &[(&str, &str)], extra: &[
         },
     );
     let executor = Executor::start_in(client.clone(), plane, images, &ns).await;
-    let away = crate::namespace(&client, &format!("{prefix}-mgr")).await;
-    let manager = start_manager(Path::new(binary), &ns, &away, extra).await;
+    let away = crate::namespace(&client, &format!("{ns}-mgr")).await;
+    let manager = start_manager(plane, Path::new(binary), &ns, &away, extra).await;
     Env {
+        plane,
         client,
         ns,
         identity,
@@ -140,17 +169,18 @@ async fn create_identity(client: &kube::Client, name: &str, ns: &str, allowed: &
         .unwrap();
 }
 
-async fn start_manager(binary: &Path, ns: &str, away: &str, extra: &[&str]) -> Manager {
+async fn start_manager(
+    plane: &'static ControlPlane,
+    binary: &Path,
+    ns: &str,
+    away: &str,
+    extra: &[&str],
+) -> Manager {
     let namespace = format!("--namespace={ns}");
     let args: Vec<&str> = std::iter::once(namespace.as_str())
         .chain(extra.iter().copied())
         .collect();
-    let mut manager = Manager::start_with_env(
-        controlplane::shared(),
-        binary,
-        &args,
-        &[("POD_NAMESPACE", away)],
-    );
+    let mut manager = Manager::start_with_env(plane, binary, &args, &[("POD_NAMESPACE", away)]);
     manager.wait_ready().await;
     manager
 }
@@ -609,15 +639,14 @@ impl Env {
 
     /// Another manager for this namespace, ready, with `extra` flags.
     pub async fn start_manager(&self, extra: &[&str]) -> Manager {
-        start_manager(&self.binary, &self.ns, &self.away, extra).await
+        start_manager(self.plane, &self.binary, &self.ns, &self.away, extra).await
     }
 
     /// Runs the pods of the manager's namespace too: the destroys of a
     /// namespace being deleted.
     pub async fn run_away_pods(&mut self) {
-        let plane = controlplane::shared();
         self.away_executor =
-            Some(Executor::start_in(self.client.clone(), plane, images(), &self.away).await);
+            Some(Executor::start_in(self.client.clone(), self.plane, images(), &self.away).await);
     }
 
     /// Stops the manager and starts a new one with `extra` flags.

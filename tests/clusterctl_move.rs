@@ -1,0 +1,237 @@
+//! A real `clusterctl move` between two control planes, each with the
+//! Cluster API core manager and a CAPTF manager (ref §8.7): the state,
+//! its backups and the inputs travel, the target applies nothing, and the
+//! source destroys nothing.
+
+mod capi_shared;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use capi_shared::*;
+use captf::api::{TerraformCluster, TerraformMachine};
+use captf::names::{self, Kind};
+use captf_testkit::capi::{self, CapiKind, CapiManager, MachineOptions};
+use captf_testkit::clusterctl::{Clusterctl, init_inventory};
+use captf_testkit::controlplane;
+use captf_testkit::manager::install_crds;
+use captf_testkit::scenario::{Env, condition, setup, setup_in, within};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams, PostParams};
+
+/// Every Secret of the namespace that CAPTF keeps for its objects, by
+/// name: the state, its backups, the durable inputs and the mirror.
+async fn captf_secrets(env: &Env) -> BTreeMap<String, BTreeMap<String, ByteString>> {
+    env.secrets()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|s| {
+            let name = s.metadata.name.as_deref().unwrap_or_default();
+            name.starts_with("tfstate-")
+                || name.starts_with("captf-state-backup-")
+                || name.starts_with("captf-inputs-")
+                || name.starts_with("captf-creds-")
+        })
+        .map(|s| (s.metadata.name.unwrap(), s.data.unwrap_or_default()))
+        .collect()
+}
+
+async fn jobs(env: &Env) -> Vec<String> {
+    Api::<Job>::namespaced(env.client.clone(), &env.ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|j| j.metadata.name.unwrap())
+        .collect()
+}
+
+// In progress (issue 17): the move itself completes, and the state, the
+// durable inputs and the mirror arrive byte for byte, but some of the moved
+// backup Secrets are gone from the target a moment later (a different set
+// on each run; nothing in CAPTF's or the control plane's logs says who
+// deletes them). Run it with `--ignored`.
+#[ignore = "issue 17 in progress: moved backup Secrets vanish on the target"]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provisioned_cluster_moves_with_its_state_and_nothing_is_applied_or_destroyed() {
+    // The source: a Cluster with a control-plane Machine and a worker,
+    // each a TerraformMachine, their Nodes in the workload cluster (the
+    // source's own API server).
+    let source = setup(MANAGER, "move", &[], &["--sync-period=10s"]).await;
+    init_inventory(&source.client).await;
+    let capi_source = CapiManager::start(controlplane::shared(), &source.ns).await;
+    cluster(&source, "c", None, false).await;
+    workload_kubeconfig(&source, "c").await;
+    for (name, control_plane) in [("cp", true), ("w", false)] {
+        terraform_machine(&source, name, "c", None).await;
+        bootstrap(&source, &format!("{name}-boot"), "c").await;
+        let options = MachineOptions {
+            version: Some("1.36.3"),
+            control_plane,
+            failure_domain: None,
+        };
+        let boot = format!("{name}-boot");
+        capi::create(
+            &source.client,
+            &source.ns,
+            capi::machine(name, "c", name, &boot, &options),
+        )
+        .await;
+    }
+    for name in ["cp", "w"] {
+        within(&source, 240, &format!("{name} provisioned"), || async {
+            source.machine_status(name).await.filter(provisioned)
+        })
+        .await;
+        let node = capi::node(
+            &format!("{}-{name}", source.ns),
+            &format!("captf-test://{}/{name}", source.ns),
+        );
+        Api::<Node>::all(source.client.clone())
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap();
+    }
+    // What clusterctl waits for: the control plane initialized, every
+    // Machine with its Node, and no Job running for any object.
+    capi_source
+        .within(240, "the Cluster ready to move", || async {
+            let initialized = field(&source, CapiKind::Cluster, "c", "/status/conditions")
+                .await?
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "ControlPlaneInitialized" && c["status"] == "True");
+            let cp = field(&source, CapiKind::Machine, "cp", "/status/nodeRef").await;
+            let w = field(&source, CapiKind::Machine, "w", "/status/nodeRef").await;
+            (initialized && cp.is_some() && w.is_some()).then_some(())
+        })
+        .await;
+    within(&source, 240, "the cluster settled", || async {
+        let s = source.cluster_status("c").await?;
+        let cp_initialized =
+            resource_input(&source, Kind::Cluster, "c", "cluster").await["control_plane_initialized"]
+                == true;
+        (cp_initialized && s.active_job.is_none() && provisioned(&s)).then_some(())
+    })
+    .await;
+    let source_jobs = jobs(&source).await;
+    let before = captf_secrets(&source).await;
+    let suffix = names::suffix(&source.ns, Kind::Cluster, "c");
+    assert!(
+        before.contains_key(&names::state_secret(&suffix)),
+        "{:?}",
+        before.keys()
+    );
+
+    // The target: the same namespace with the identity's Secret copied by
+    // hand, as the README says; CAPTF and Cluster API running there.
+    let plane = controlplane::other();
+    let client = plane.client().await;
+    install_crds(&client).await;
+    capi::install_crds(&client).await;
+    init_inventory(&client).await;
+    let target = setup_in(plane, MANAGER, &source.ns, &source.identity, &[], &[]).await;
+    let _capi_target = CapiManager::start(plane, &source.ns).await;
+
+    let clusterctl = Clusterctl::with_release();
+    let kubeconfigs = [
+        format!(
+            "--kubeconfig={}",
+            controlplane::shared().kubeconfig().display()
+        ),
+        format!("--to-kubeconfig={}", plane.kubeconfig().display()),
+        format!("--namespace={}", source.ns),
+    ];
+    let args = |extra: &[&'static str]| -> Vec<String> {
+        std::iter::once("move".to_string())
+            .chain(kubeconfigs.iter().cloned())
+            .chain(extra.iter().map(|s| s.to_string()))
+            .collect()
+    };
+    let dry: Vec<String> = args(&["--dry-run", "-v", "5"]);
+    let dry: Vec<&str> = dry.iter().map(String::as_str).collect();
+    let plan = clusterctl.command(&dry, &[]).output().unwrap();
+    println!(
+        "clusterctl move --dry-run -v 5:\n{}",
+        String::from_utf8_lossy(&plan.stderr)
+    );
+    let real = args(&[]);
+    let real: Vec<&str> = real.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let out = clusterctl.run(&real, &[]);
+    println!("clusterctl move took {:?}:\n{out}", started.elapsed());
+
+    // On the target: the same state, backups, inputs and mirror, the
+    // objects provisioned and Ready, and no Job.
+    let after = captf_secrets(&target).await;
+    println!("before: {:?}\nafter: {:?}", before.keys(), after.keys());
+    for (name, data) in &before {
+        assert_eq!(after.get(name), Some(data), "{name} moved byte for byte");
+    }
+    within(&target, 240, "the moved cluster Ready", || async {
+        let s = target.cluster_status("c").await?;
+        let backups = s.state_backups.as_ref().map_or(0, |b| b.len());
+        (provisioned(&s) && backups > 0 && condition(&s, "Ready") == Some(("True", "Ready")))
+            .then_some(())
+    })
+    .await;
+    for name in ["cp", "w"] {
+        within(&target, 240, &format!("the moved {name} Ready"), || async {
+            let s = target.machine_status(name).await?;
+            (provisioned(&s) && condition(&s, "Ready") == Some(("True", "Ready"))).then_some(())
+        })
+        .await;
+    }
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert_eq!(
+        jobs(&target).await,
+        Vec::<String>::new(),
+        "no Job on the target"
+    );
+
+    // On the source: no destroy, and nothing of CAPTF's left after the
+    // sweep.
+    assert_eq!(
+        jobs(&source)
+            .await
+            .iter()
+            .filter(|j| !source_jobs.contains(j))
+            .count(),
+        0
+    );
+    within(
+        &source,
+        120,
+        "the source namespace empty of CAPTF",
+        || async {
+            let clusters = source
+                .api::<TerraformCluster>()
+                .list(&ListParams::default())
+                .await
+                .ok()?;
+            let machines = source
+                .api::<TerraformMachine>()
+                .list(&ListParams::default())
+                .await
+                .ok()?;
+            let secrets = captf_secrets(&source).await;
+            let leases = Api::<Lease>::namespaced(source.client.clone(), &source.ns)
+                .list(&ListParams::default())
+                .await
+                .ok()?;
+            (clusters.items.is_empty()
+                && machines.items.is_empty()
+                && secrets.is_empty()
+                && leases.items.is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+}
