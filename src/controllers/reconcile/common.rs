@@ -212,6 +212,14 @@ fn backup<K: Workload>(p: &Pass<'_, K>, a: &Assessment, plan: &mut Plan) {
                     if let Some(adopted) = &settled.adopted {
                         backups::record_inputs_hash(&mut set, adopted.as_deref());
                     }
+                    // The set may be there already: status, with the
+                    // observed serial, does not survive a clusterctl move.
+                    // Listed twice, it would read as incomplete and be pruned.
+                    listed.retain(|l| {
+                        !set.secrets
+                            .iter()
+                            .any(|s| s.metadata.name == l.metadata.name)
+                    });
                     listed.extend(set.secrets.iter().cloned());
                     plan.writes.push(Write::TakeBackup { set, observed });
                 }
