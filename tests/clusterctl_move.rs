@@ -20,7 +20,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
 
 /// Every Secret of the namespace that CAPTF keeps for its objects, by
 /// name: the state, its backups, the durable inputs and the mirror.
@@ -40,6 +41,13 @@ async fn captf_secrets(env: &Env) -> BTreeMap<String, BTreeMap<String, ByteStrin
         })
         .map(|s| (s.metadata.name.unwrap(), s.data.unwrap_or_default()))
         .collect()
+}
+
+/// The lineage of a gzipped state.
+fn lineage(gz: &[u8]) -> serde_json::Value {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(gz), &mut text).unwrap();
+    serde_json::from_str::<serde_json::Value>(&text).unwrap()["lineage"].clone()
 }
 
 async fn jobs(env: &Env) -> Vec<String> {
@@ -204,6 +212,54 @@ async fn a_provisioned_cluster_moves_with_its_state_and_nothing_is_applied_or_de
         Vec::<String>::new(),
         "no Job on the target"
     );
+
+    // An input change on the target applies over the moved state: the
+    // serial goes on from the source's, in the same lineage.
+    let moved = target.cluster_status("c").await.unwrap();
+    let serial = moved.observed_state_serial.unwrap();
+    let state_secret = names::state_secret(&suffix);
+    let source_lineage = lineage(&before[&state_secret]["tfstate"].0);
+    let target_lineage = || async {
+        let s = target.secrets().get(&state_secret).await.unwrap();
+        lineage(&s.data.unwrap()["tfstate"].0)
+    };
+    let clusters = target.api::<TerraformCluster>();
+    clusters
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"variables": {"note": "moved"}}})),
+        )
+        .await
+        .unwrap();
+    within(&target, 240, "the apply on the target", || async {
+        let s = target.cluster_status("c").await?;
+        (s.observed_state_serial == Some(serial + 1)
+            && condition(&s, "ApplyJobSucceeded") == Some(("True", "ApplySucceeded")))
+        .then_some(())
+    })
+    .await;
+    assert_eq!(target_lineage().await, source_lineage);
+    assert_eq!(
+        resource_input(&target, Kind::Cluster, "c", "cluster").await["note"],
+        "moved"
+    );
+
+    // A backup taken on the source restores on the target.
+    clusters
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": serial.to_string()}}})),
+        )
+        .await
+        .unwrap();
+    within(&target, 240, "the restore on the target", || async {
+        let s = target.cluster_status("c").await?;
+        (condition(&s, "RestoreJobSucceeded") == Some(("True", "StateRestored"))).then_some(())
+    })
+    .await;
+    assert_eq!(target_lineage().await, source_lineage);
 
     // On the source: no destroy, and nothing of CAPTF's left after the
     // sweep.

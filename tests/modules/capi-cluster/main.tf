@@ -65,8 +65,15 @@ variable "health_state" {
   default = "running"
 }
 
+# Test switch: any input change that changes a resource in place.
+variable "note" {
+  type    = string
+  default = ""
+}
+
 resource "terraform_data" "cluster" {
   input = {
+    note    = var.note
     object  = var.captf_object
     tags    = var.captf_tags
     network = "net-${var.captf_object.namespace}-${var.captf_object.name}"
