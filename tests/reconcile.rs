@@ -527,24 +527,6 @@ async fn client_with_token(token: &str) -> kube::Client {
     kube::Client::try_from(config).unwrap()
 }
 
-/// A state whose compressed size is about `bytes`: one output holding
-/// incompressible text.
-fn big_state(bytes: usize) -> Vec<u8> {
-    let mut x: u64 = 0x9e3779b97f4a7c15;
-    // 36 symbols: about 5.2 bits, two thirds of a byte, each once gzipped.
-    let noise: String = (0..bytes * 3 / 2)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[(x % 36) as usize])
-        })
-        .collect();
-    let doc = json!({"version": 4, "terraform_version": "1.12.6", "serial": 7, "lineage": "l-1",
-        "outputs": {"noise": {"value": noise, "type": "string"}}, "resources": []});
-    gzip(doc.to_string().as_bytes())
-}
-
 #[tokio::test]
 async fn state_readable_gauges_counter_and_events() {
     // The identity allows another namespace only, so no Job ever starts and
