@@ -10,12 +10,13 @@ use std::time::Instant;
 
 use capi_shared::*;
 use captf::api::{TerraformCluster, TerraformMachine};
+use captf::keys::BLOCK_MOVE;
 use captf::names::{self, Kind};
 use captf_testkit::capi::{self, CapiKind, CapiManager, MachineOptions};
 use captf_testkit::clusterctl::{Clusterctl, init_inventory};
 use captf_testkit::controlplane;
 use captf_testkit::manager::install_crds;
-use captf_testkit::scenario::{Env, condition, setup, setup_in, within};
+use captf_testkit::scenario::{Env, condition, put_lock, setup, setup_in, within};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -61,12 +62,11 @@ async fn jobs(env: &Env) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_provisioned_cluster_moves_with_its_state_and_nothing_is_applied_or_destroyed() {
-    // The source: a Cluster with a control-plane Machine and a worker,
-    // each a TerraformMachine, their Nodes in the workload cluster (the
-    // source's own API server).
-    let source = setup(MANAGER, "move", &[], &["--sync-period=10s"]).await;
+/// The source: a Cluster with a control-plane Machine and a worker, each
+/// a TerraformMachine, their Nodes in the workload cluster (the source's
+/// own API server), provisioned and settled as clusterctl requires.
+async fn ready_source(prefix: &str) -> (Env, CapiManager) {
+    let source = setup(MANAGER, prefix, &[], &["--sync-period=10s"]).await;
     init_inventory(&source.client).await;
     let capi_source = CapiManager::start(controlplane::shared(), &source.ns).await;
     cluster(&source, "c", None, false).await;
@@ -123,17 +123,12 @@ async fn a_provisioned_cluster_moves_with_its_state_and_nothing_is_applied_or_de
         (cp_initialized && s.active_job.is_none() && provisioned(&s)).then_some(())
     })
     .await;
-    let source_jobs = jobs(&source).await;
-    let before = captf_secrets(&source).await;
-    let suffix = names::suffix(&source.ns, Kind::Cluster, "c");
-    assert!(
-        before.contains_key(&names::state_secret(&suffix)),
-        "{:?}",
-        before.keys()
-    );
+    (source, capi_source)
+}
 
-    // The target: the same namespace with the identity's Secret copied by
-    // hand, as the README says; CAPTF and Cluster API running there.
+/// The target: the same namespace with the identity's Secret copied by
+/// hand, as the README says; CAPTF and Cluster API running there.
+async fn target_for(source: &Env) -> (Env, CapiManager) {
     let plane = controlplane::other();
     let client = plane.client().await;
     install_crds(&client).await;
@@ -148,34 +143,58 @@ async fn a_provisioned_cluster_moves_with_its_state_and_nothing_is_applied_or_de
         &["--sync-period=5s"],
     )
     .await;
-    let _capi_target = CapiManager::start(plane, &source.ns).await;
+    let capi_target = CapiManager::start(plane, &source.ns).await;
 
+    (target, capi_target)
+}
+
+/// `clusterctl move` from the shared control plane to the other one, for
+/// `source`'s namespace.
+fn move_args(source: &Env, extra: &[&str]) -> Vec<String> {
+    ["move".to_string()]
+        .into_iter()
+        .chain([
+            format!(
+                "--kubeconfig={}",
+                controlplane::shared().kubeconfig().display()
+            ),
+            format!(
+                "--to-kubeconfig={}",
+                controlplane::other().kubeconfig().display()
+            ),
+            format!("--namespace={}", source.ns),
+        ])
+        .chain(extra.iter().map(|s| s.to_string()))
+        .collect()
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provisioned_cluster_moves_with_its_state_and_nothing_is_applied_or_destroyed() {
+    let (source, _capi_source) = ready_source("move").await;
+    let source_jobs = jobs(&source).await;
+    let before = captf_secrets(&source).await;
+    let suffix = names::suffix(&source.ns, Kind::Cluster, "c");
+    assert!(
+        before.contains_key(&names::state_secret(&suffix)),
+        "{:?}",
+        before.keys()
+    );
+
+    let (target, _capi_target) = target_for(&source).await;
     let clusterctl = Clusterctl::with_release();
-    let kubeconfigs = [
-        format!(
-            "--kubeconfig={}",
-            controlplane::shared().kubeconfig().display()
-        ),
-        format!("--to-kubeconfig={}", plane.kubeconfig().display()),
-        format!("--namespace={}", source.ns),
-    ];
-    let args = |extra: &[&'static str]| -> Vec<String> {
-        std::iter::once("move".to_string())
-            .chain(kubeconfigs.iter().cloned())
-            .chain(extra.iter().map(|s| s.to_string()))
-            .collect()
-    };
-    let dry: Vec<String> = args(&["--dry-run", "-v", "5"]);
-    let dry: Vec<&str> = dry.iter().map(String::as_str).collect();
-    let plan = clusterctl.command(&dry, &[]).output().unwrap();
+    let dry = move_args(&source, &["--dry-run", "-v", "5"]);
+    let plan = clusterctl.command(&strs(&dry), &[]).output().unwrap();
     println!(
         "clusterctl move --dry-run -v 5:\n{}",
         String::from_utf8_lossy(&plan.stderr)
     );
-    let real = args(&[]);
-    let real: Vec<&str> = real.iter().map(String::as_str).collect();
+    let real = move_args(&source, &[]);
     let started = Instant::now();
-    let out = clusterctl.run(&real, &[]);
+    let out = clusterctl.run(&strs(&real), &[]);
     println!("clusterctl move took {:?}:\n{out}", started.elapsed());
 
     // On the target: the same state, backups, inputs and mirror, the
@@ -299,4 +318,66 @@ async fn a_provisioned_cluster_moves_with_its_state_and_nothing_is_applied_or_de
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_waits_for_a_running_job_and_leaves_a_foreign_lock_alone() {
+    let (source, _capi_source) = ready_source("movejob").await;
+    // Someone else holds the worker's state lock on the source.
+    let lock = put_lock(&source, "w", "alice@laptop").await;
+    let (target, _capi_target) = target_for(&source).await;
+    // A slow apply of the cluster is running when the move starts.
+    source
+        .api::<TerraformCluster>()
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"variables": {"note": "slow", "sleep_seconds": 20}}})),
+        )
+        .await
+        .unwrap();
+    within(&source, 120, "the slow apply running", || async {
+        let c = source.api::<TerraformCluster>().get("c").await.ok()?;
+        let running = c.status.as_ref()?.workspace.active_job.is_some();
+        (running && c.metadata.annotations?.contains_key(BLOCK_MOVE)).then_some(())
+    })
+    .await;
+    let clusterctl = Clusterctl::with_release();
+    let out = clusterctl
+        .command(&strs(&move_args(&source, &[])), &[])
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{log}");
+    // clusterctl saw the Job's block-move and waited for it to go.
+    assert!(log.contains("Move blocked by"), "{log}");
+
+    // The state that moved is the one the Job wrote, and the target has
+    // nothing left to apply.
+    within(&target, 240, "the moved cluster Ready", || async {
+        let s = target.cluster_status("c").await?;
+        (provisioned(&s) && condition(&s, "Ready") == Some(("True", "Ready"))).then_some(())
+    })
+    .await;
+    assert_eq!(
+        resource_input(&target, Kind::Cluster, "c", "cluster").await["note"],
+        "slow"
+    );
+    target.more_passes(Kind::Cluster, "c", 2).await;
+    assert_eq!(
+        jobs(&target).await,
+        Vec::<String>::new(),
+        "no Job on the target"
+    );
+
+    // The foreign lock did not hold the move up, and is left as it was.
+    let held = source
+        .leases()
+        .get(&lock.metadata.name.clone().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        held.spec.unwrap().holder_identity,
+        lock.spec.unwrap().holder_identity
+    );
 }

@@ -71,6 +71,21 @@ variable "note" {
   default = ""
 }
 
+# Test switch: an apply that takes this long (a resource made anew for
+# each note, whose provisioner sleeps).
+variable "sleep_seconds" {
+  type    = number
+  default = 0
+}
+
+resource "terraform_data" "slow" {
+  count            = var.sleep_seconds > 0 ? 1 : 0
+  triggers_replace = var.note
+  provisioner "local-exec" {
+    command = "sleep ${var.sleep_seconds}"
+  }
+}
+
 resource "terraform_data" "cluster" {
   input = {
     note    = var.note
