@@ -63,12 +63,14 @@ async fn an_unhealthy_machine_asks_for_remediation_until_it_recovers() {
     assert_eq!(marked, "InstanceStopped for 1 consecutive samples");
     let m = env.api::<TerraformMachine>().get("m").await.unwrap();
     assert_eq!(m.status.unwrap().unhealthy_samples, Some(1));
-    assert_eq!(
-        env.events_about("RemediationRequested", Kind::Machine, "m")
-            .await
-            .len(),
-        1
-    );
+    // The pass records its events after its writes.
+    within(&env, 30, "the RemediationRequested event", || async {
+        let events = env
+            .events_about("RemediationRequested", Kind::Machine, "m")
+            .await;
+        (events.len() == 1).then_some(())
+    })
+    .await;
     let runs = env.jobs_named("captf-m-m-refresh-").await;
     assert!(!runs.is_empty(), "the health check is a refresh Job");
 
@@ -81,12 +83,14 @@ async fn an_unhealthy_machine_asks_for_remediation_until_it_recovers() {
         .then_some(())
     })
     .await;
-    assert_eq!(
-        env.events_about("RemediationWithdrawn", Kind::Machine, "m")
-            .await
-            .len(),
-        1
-    );
+    // The pass records its events after its writes.
+    within(&env, 30, "the RemediationWithdrawn event", || async {
+        let events = env
+            .events_about("RemediationWithdrawn", Kind::Machine, "m")
+            .await;
+        (events.len() == 1).then_some(())
+    })
+    .await;
     scraped(
         &env,
         &[
