@@ -61,8 +61,12 @@ async fn an_unhealthy_machine_asks_for_remediation_until_it_recovers() {
     })
     .await;
     assert_eq!(marked, "InstanceStopped for 1 consecutive samples");
-    let m = env.api::<TerraformMachine>().get("m").await.unwrap();
-    assert_eq!(m.status.unwrap().unhealthy_samples, Some(1));
+    // The pass writes the Machine's annotations before its own status.
+    within(&env, 30, "one unhealthy sample in status", || async {
+        let m = env.api::<TerraformMachine>().get("m").await.ok()?;
+        (m.status?.unhealthy_samples == Some(1)).then_some(())
+    })
+    .await;
     // The pass records its events after its writes.
     within(&env, 30, "the RemediationRequested event", || async {
         let events = env
