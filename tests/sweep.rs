@@ -12,18 +12,22 @@ use captf::api::{
     TerraformMachineTemplateSpec, WorkspaceSpec,
 };
 use captf::controllers::sweep::{self, Swept};
+use captf::controllers::watches::{self, Scope, Watches, Workloads};
 use captf::jobs::leases::{self, LeaseRequest};
 use captf::jobs::{self, rbac};
 use captf::keys;
 use captf::names::{self, Kind, Op};
 use captf_testkit::controlplane;
 use captf_testkit::manager::install_crds;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::runtime::watcher;
 use kube::{Client, Resource};
+use std::sync::Arc;
 use tokio::sync::RwLock;
 
 /// Held for reading by every test that sweeps one namespace, for writing by
@@ -511,6 +515,32 @@ async fn an_unmanaged_runner_binding_is_never_pruned() {
     );
 }
 
+/// The manager's watches of every namespace, listed.
+async fn watched(client: &Client) -> (Arc<Watches>, Workloads) {
+    let scope = Scope {
+        client: client.clone(),
+        namespace: None,
+        away: None,
+    };
+    let view = watches::view(&scope, &watcher::Config::default());
+    let workloads = view.workloads();
+    // Polled, the kinds' own watches fill their stores.
+    tokio::spawn(view.clusters.events.for_each(|_| async {}));
+    tokio::spawn(view.machines.events.for_each(|_| async {}));
+    tokio::spawn(view.pools.events.for_each(|_| async {}));
+    view.watches.wait_synced().await;
+    for ready in [
+        workloads.0.wait_until_ready().boxed(),
+        workloads.1.wait_until_ready().boxed(),
+        workloads.2.wait_until_ready().boxed(),
+    ] {
+        ready.await.unwrap();
+    }
+    (view.watches, workloads)
+}
+
+/// The periodic sweep visits the namespaces where the watches show
+/// something to sweep, within --namespace when it is set.
 #[tokio::test]
 async fn the_scope_limits_the_sweep_and_no_scope_finds_every_namespace() {
     let _guard = ALL_NAMESPACES.write().await;
@@ -523,9 +553,9 @@ async fn the_scope_limits_the_sweep_and_no_scope_finds_every_namespace() {
     machine(&client, &pruned, "m", "prod", None).await;
     binding(&client, &pruned, &["builder", "captf-runner"]).await;
 
-    sweep::sweep_all(&client, Some(&inside), None)
-        .await
-        .unwrap();
+    let (watches, workloads) = watched(&client).await;
+    let swept = sweep::sweep_due(&client, &watches, &workloads, Some(&inside), None).await;
+    assert_eq!(swept, BTreeSet::from([inside.clone()]));
     assert!(!exists::<ServiceAccount>(&client, &inside, "captf-runner").await);
     assert!(exists::<ServiceAccount>(&client, &outside, "captf-runner").await);
     assert_eq!(
@@ -534,7 +564,11 @@ async fn the_scope_limits_the_sweep_and_no_scope_finds_every_namespace() {
     );
 
     // Without a scope, every namespace holding a managed object is swept.
-    sweep::sweep_all(&client, None, None).await.unwrap();
+    let swept = sweep::sweep_due(&client, &watches, &workloads, None, None).await;
+    assert!(
+        swept.contains(&outside) && swept.contains(&pruned),
+        "{swept:?}"
+    );
     assert!(!exists::<ServiceAccount>(&client, &outside, "captf-runner").await);
     assert_eq!(
         subjects(&client, &pruned, "captf-runner").await,

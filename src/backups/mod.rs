@@ -240,6 +240,24 @@ pub fn record_inputs_hash(set: &mut BackupSet, hash: Option<&str>) {
     };
 }
 
+/// An object's backup Secrets as listed, without their data, and the
+/// sets they make up (judged from the data when it was read).
+#[derive(Debug, Default)]
+pub struct Listed {
+    pub secrets: Vec<Secret>,
+    pub infos: Vec<BackupInfo>,
+}
+
+impl Listed {
+    pub fn of(mut secrets: Vec<Secret>, suffix: &str) -> Listed {
+        let infos = list(&secrets, suffix);
+        for secret in &mut secrets {
+            secret.data = None;
+        }
+        Listed { secrets, infos }
+    }
+}
+
 /// One backup set as listed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BackupInfo {

@@ -3,7 +3,7 @@
 
 use k8s_openapi::api::core::v1::Secret;
 
-use super::{annotation, list};
+use super::{Listed, annotation};
 use crate::keys::{BACKUP_RESOURCES, INPUTS_HASH, RESTORE_STATE};
 use crate::names;
 
@@ -28,17 +28,18 @@ pub enum Request {
     FailedBefore,
 }
 
-/// What `raw` asks for, given the object's backup Secrets and whether a
-/// restore Job of the same serial failed.
-pub fn request(raw: &str, suffix: &str, existing: &[Secret], failed_before: bool) -> Request {
+/// What `raw` asks for, given the object's backups and whether a restore
+/// Job of the same serial failed.
+pub fn request(raw: &str, suffix: &str, existing: &Listed, failed_before: bool) -> Request {
     if failed_before {
         return Request::FailedBefore;
     }
     let Some(serial) = raw.parse::<u64>().ok().filter(|s| *s >= 1) else {
         return Request::NotFound(format!("{RESTORE_STATE} is {raw:?}, not a state serial"));
     };
-    let complete = list(existing, suffix)
-        .into_iter()
+    let complete = existing
+        .infos
+        .iter()
         .any(|i| i.serial == serial && i.complete);
     if !complete {
         return Request::NotFound(format!(
@@ -47,6 +48,7 @@ pub fn request(raw: &str, suffix: &str, existing: &[Secret], failed_before: bool
         ));
     }
     let mut chunks: Vec<(u64, &Secret)> = existing
+        .secrets
         .iter()
         .filter_map(|s| {
             Some((

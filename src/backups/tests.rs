@@ -394,7 +394,8 @@ fn a_restore_request_names_a_complete_set_once() {
     ];
     let raws = ["4", "6", "4", "x", "5", "6"];
     for ((what, existing, failed, want), raw) in rows.into_iter().zip(raws) {
-        assert_eq!(request(raw, S, existing, failed), want, "{what}");
+        let listed = Listed::of(existing.to_vec(), S);
+        assert_eq!(request(raw, S, &listed, failed), want, "{what}");
     }
 }
 

@@ -14,10 +14,12 @@ use sha2::{Digest, Sha256};
 
 use super::Error;
 use super::conditions::{CREDENTIALS_MIRRORED, Cond, IDENTITY_ALLOWED, Status};
+use super::watches::Watches;
 use crate::api::{AllowedNamespaces, TerraformCluster, TerraformClusterIdentity, WorkspaceSpec};
 use crate::keys::{IDENTITY, MANAGED_LABEL, MIRRORED_LABEL, PROTECTION, SOURCE_HASH};
 use crate::names;
 use crate::protection;
+use kube::runtime::reflector::ObjectRef;
 
 /// The identity an object resolves to (ref §1.3): its own identityRef; for a
 /// machine or pool, then its cluster's spec.defaults.identityRef, then the
@@ -93,8 +95,12 @@ pub struct Observed {
     pub mirror: Option<Secret>,
 }
 
-/// Reads what [`decide`] needs. API errors are returned (transient).
+/// Gathers what [`decide`] needs: the identity and the mirror as watched,
+/// the identity's Secret from its own watch. A mirror not seen is read
+/// live: a Secret of that name without CAPTF's label is not watched, and
+/// must be seen to be left alone. API errors are returned (transient).
 pub async fn observe(
+    watches: &Watches,
     client: &kube::Client,
     namespace: &str,
     namespace_labels: &BTreeMap<String, String>,
@@ -108,8 +114,7 @@ pub async fn observe(
         namespace_labels: namespace_labels.clone(),
         ..Default::default()
     };
-    let identities: Api<TerraformClusterIdentity> = Api::all(client.clone());
-    let Some(found) = identities.get_opt(name).await.map_err(Error::Kube)? else {
+    let Some(found) = watches.identities.get(&ObjectRef::new(name)) else {
         return Ok(observed);
     };
     if namespace_allowed(
@@ -118,16 +123,26 @@ pub async fn observe(
         &observed.namespace_labels,
     ) {
         let source = &found.spec.secret_ref;
-        observed.source = Api::<Secret>::namespaced(client.clone(), &source.namespace)
-            .get_opt(&source.name)
+        observed.source = watches
+            .identity_sources
+            .get(&source.namespace, &source.name)
             .await
-            .map_err(Error::Kube)?;
-        observed.mirror = Api::<Secret>::namespaced(client.clone(), namespace)
-            .get_opt(&names::credentials_mirror(name))
-            .await
-            .map_err(Error::Kube)?;
+            .map_err(Error::Kube)?
+            .map(|s| (*s).clone());
+        let mirror = names::credentials_mirror(name);
+        observed.mirror = match watches.managed_secrets.get(namespace, &mirror) {
+            Some(seen) => Some(Secret {
+                metadata: seen.metadata.clone(),
+                type_: Some("Opaque".into()),
+                ..Default::default()
+            }),
+            None => Api::<Secret>::namespaced(client.clone(), namespace)
+                .get_opt(&mirror)
+                .await
+                .map_err(Error::Kube)?,
+        };
     }
-    observed.identity = Some(found);
+    observed.identity = Some((*found).clone());
     Ok(observed)
 }
 

@@ -67,7 +67,16 @@ pub fn near_secret_limit(compressed_bytes: u64) -> bool {
 /// backend labels each Secret with its workspace too; CAPTF's state is
 /// always in `default`, and another workspace's Secrets are not its chunks.
 pub fn label_selector(suffix: &str) -> String {
-    format!("tfstate=true,tfstateSecretSuffix={suffix},tfstateWorkspace=default")
+    labels(suffix).map(|(k, v)| format!("{k}={v}")).join(",")
+}
+
+/// The labels the backend puts on the state Secrets of `suffix`.
+pub fn labels(suffix: &str) -> [(&'static str, String); 3] {
+    [
+        ("tfstate", "true".to_owned()),
+        ("tfstateSecretSuffix", suffix.to_owned()),
+        ("tfstateWorkspace", "default".to_owned()),
+    ]
 }
 
 /// What CAPTF reads from a state.
@@ -382,6 +391,30 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// No state: no Secret carries its labels.
+    pub fn not_found() -> Snapshot {
+        Snapshot {
+            readable: StateReadable::NotFound,
+            secrets: Vec::new(),
+        }
+    }
+
+    /// The same snapshot without the Secrets' data: what is kept between
+    /// passes.
+    pub fn without_data(&self) -> Snapshot {
+        Snapshot {
+            readable: self.readable.clone(),
+            secrets: self
+                .secrets
+                .iter()
+                .map(|s| Secret {
+                    metadata: s.metadata.clone(),
+                    ..Secret::default()
+                })
+                .collect(),
+        }
+    }
+
     /// The base Secret `tfstate-default-<suffix>`, when listed.
     pub fn base<'a>(&'a self, suffix: &str) -> Option<&'a Secret> {
         let base = crate::names::state_secret(suffix);

@@ -67,12 +67,12 @@ pub fn steps<K: Workload>(p: &Pass<'_, K>, plan: &mut Plan) -> Common {
         plan.writes.push(Write::Mirror(Box::new(w.clone())));
     }
 
-    let durable = rest.durable.as_ref().and_then(durable::read);
+    let durable = rest.durable.as_deref().and_then(durable::read);
     // What a namespace deletion can take (the durable inputs, the backups)
     // is never the only witness: the object's own status counts too.
     let ever_applied = settled.applied
         || durable.as_ref().is_some_and(|d| d.applied)
-        || !rest.backups.is_empty()
+        || !rest.backups.secrets.is_empty()
         || obj
             .workspace_status()
             .is_some_and(assessment::applied_by_status);
@@ -182,7 +182,7 @@ fn backup<K: Workload>(p: &Pass<'_, K>, a: &Assessment, plan: &mut Plan) {
         StateReadable::Read(st) => i64::try_from(st.serial).ok().filter(|s| *s >= 1),
         _ => None,
     };
-    let mut listed = rest.backups.clone();
+    let mut infos = rest.backups.infos.clone();
     let decision = backups::should_back_up(
         readable,
         plan.draft.status.observed_state_serial,
@@ -215,12 +215,9 @@ fn backup<K: Workload>(p: &Pass<'_, K>, a: &Assessment, plan: &mut Plan) {
                     // The set may be there already: status, with the
                     // observed serial, does not survive a clusterctl move.
                     // Listed twice, it would read as incomplete and be pruned.
-                    listed.retain(|l| {
-                        !set.secrets
-                            .iter()
-                            .any(|s| s.metadata.name == l.metadata.name)
-                    });
-                    listed.extend(set.secrets.iter().cloned());
+                    infos.retain(|i| i.serial != set.serial);
+                    infos.extend(backups::list(&set.secrets, &o.suffix));
+                    infos.sort_by_key(|i| std::cmp::Reverse(i.serial));
                     plan.writes.push(Write::TakeBackup { set, observed });
                 }
                 Err(e) => {
@@ -245,7 +242,6 @@ fn backup<K: Workload>(p: &Pass<'_, K>, a: &Assessment, plan: &mut Plan) {
         // should_back_up takes only a readable state with a serial.
         (BackupDecision::Take { .. }, _, _) => {}
     }
-    let mut infos = backups::list(&listed, &o.suffix);
     if !deleting {
         let pruned = backups::prune(&infos, keep);
         if !pruned.is_empty() {

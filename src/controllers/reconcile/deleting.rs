@@ -254,7 +254,7 @@ fn cleanup<K: Workload>(obj: &K, o: &Object, rest: &Rest, jobs: &[Job], why: Why
         namespace: o.namespace.clone(),
         names: leases,
     });
-    let backups = rest.backups.iter().map(|s| s.name_any()).collect();
+    let backups = rest.backups.secrets.iter().map(|s| s.name_any()).collect();
     plan.writes.push(Write::ReleaseBackups(backups));
     plan.writes.push(Write::ReleaseMirrors);
     plan.writes.push(Write::RemoveFinalizer { why });

@@ -12,6 +12,7 @@
 
 mod act;
 mod approvals;
+mod cached;
 mod common;
 mod deleting;
 mod dependencies;

@@ -5,17 +5,19 @@
 //! decided while a runner works on it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, ContainerStateTerminated, Namespace, Pod, Secret};
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, Pod, Secret};
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use kube::api::{Api, ListParams};
-use kube::{Resource, ResourceExt};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, ObjectMeta};
 
-use super::Object;
 use super::common::provisioned;
 use super::owners::{self, Capi};
+use super::{Object, cached};
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool, VariablesSource};
+use crate::backups::Listed;
 use crate::controllers::credentials;
 use crate::controllers::ledger;
 use crate::controllers::workload::Workload;
@@ -23,12 +25,10 @@ use crate::controllers::{Context, Error};
 use crate::jobs::away;
 use crate::jobs::durable;
 use crate::jobs::variables::{self, SourceKind};
-use crate::keys::{
-    CLUSTER_NAME_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_UID_LABEL, VARIABLES_LABEL,
-};
-use crate::locks::{self, Verdict};
+use crate::keys::CLUSTER_NAME_LABEL;
+use crate::locks::Verdict;
 use crate::names::{self, Kind};
-use crate::state;
+use crate::state::{self, StateReadable};
 
 /// What one pass read.
 pub struct Observed {
@@ -57,11 +57,11 @@ pub struct Rest {
     /// The Cluster API objects the object depends on.
     pub capi: Capi,
     /// The durable inputs Secret, when CAPTF wrote it for this object.
-    pub durable: Option<Secret>,
+    pub durable: Option<Arc<Secret>>,
     pub credentials: credentials::Observed,
-    pub snapshot: state::Snapshot,
-    /// The object's backup Secrets.
-    pub backups: Vec<Secret>,
+    pub snapshot: Arc<state::Snapshot>,
+    /// The object's backups.
+    pub backups: Arc<Listed>,
     pub lock: Verdict,
     /// Each `variablesFrom` source's data, in spec order; None when missing
     /// or not opted in. Empty for a machine that was applied.
@@ -82,19 +82,19 @@ pub async fn observe<K: Workload>(
     o: &Object,
     deleting: bool,
 ) -> Result<Observed, Error> {
-    // Deleting, the namespace is read first: once it is being deleted the
-    // object's Jobs may run from the manager's namespace too.
+    // Deleting, the namespace is read first, live: once it is being
+    // deleted the object's Jobs may run from the manager's namespace too.
     let namespace = match deleting {
-        true => Some(namespace_of(ctx, &o.namespace).await?),
+        true => Some(cached::live_namespace(ctx, &o.namespace).await?),
         false => None,
     };
     let away = match &namespace {
-        Some(ns) if terminating(ns.as_ref()) => ctx.settings.away.as_deref(),
+        Some(ns) if cached::terminating(ns.as_ref()) => ctx.settings.away.as_deref(),
         _ => None,
     };
-    let mut jobs = jobs_of::<K>(ctx, o).await?;
+    let mut jobs = cached::jobs_of::<K>(ctx, o);
     if let Some(away) = away {
-        jobs.extend(away_jobs_of::<K>(ctx, o, away).await?);
+        jobs.extend(cached::away_jobs_of::<K>(ctx, o, away));
     }
     let ledger = ledger::ledger(&jobs);
     let mut terminations = BTreeMap::new();
@@ -102,7 +102,7 @@ pub async fn observe<K: Workload>(
     for u in &ledger.unsettled {
         let name = u.job.name_any();
         let ns = u.job.namespace().unwrap_or_else(|| o.namespace.clone());
-        let (end, image_id) = terminated(ctx, &ns, &name).await?;
+        let (end, image_id) = cached::terminated(ctx, &ns, &name).await?;
         if let Some(id) = image_id {
             image_ids.insert(name.clone(), id);
         }
@@ -112,9 +112,10 @@ pub async fn observe<K: Workload>(
         Some(job) => stuck(ctx, job, o).await?.then(|| job.clone()),
         None => None,
     };
+    let settling = !ledger.unsettled.is_empty();
     let rest = match ledger.active {
         Some(_) => None,
-        None => Some(rest(ctx, obj, o, deleting, namespace).await?),
+        None => Some(rest(ctx, obj, o, deleting, settling, namespace).await?),
     };
     Ok(Observed {
         jobs,
@@ -167,55 +168,50 @@ async fn stuck(ctx: &Context, job: &Job, o: &Object) -> Result<bool, Error> {
     Ok(!ran)
 }
 
-async fn namespace_of(ctx: &Context, ns: &str) -> Result<Option<Namespace>, Error> {
-    Api::<Namespace>::all(ctx.client.clone())
-        .get_opt(ns)
-        .await
-        .map_err(Error::Kube)
-}
-
-/// Being deleted, or already gone.
-fn terminating(namespace: Option<&Namespace>) -> bool {
-    namespace.is_none_or(|n| {
-        n.metadata.deletion_timestamp.is_some()
-            || n.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Terminating")
-    })
-}
-
+/// `settling`: a finished Job is being settled now, so the state is read
+/// afresh (its apply may just have written it).
 async fn rest<K: Workload>(
     ctx: &Context,
     obj: &K,
     o: &Object,
     deleting: bool,
-    namespace: Option<Option<Namespace>>,
+    settling: bool,
+    namespace: Option<Option<ObjectMeta>>,
 ) -> Result<Rest, Error> {
     let ns = o.namespace.as_str();
     let namespace = match namespace {
         Some(read) => read,
-        None => namespace_of(ctx, ns).await?,
+        None => cached::namespace(ctx, ns).await?,
     };
-    let namespace_terminating = terminating(namespace.as_ref());
+    let namespace_terminating = cached::terminating(namespace.as_ref());
     let away = ctx
         .settings
         .away
         .as_deref()
         .filter(|_| namespace_terminating);
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), ns);
     // A machine's inputs are read until it is provisioned, then never again.
     let role_inputs = K::KIND != Kind::Machine || !provisioned(obj);
     let capi = owners::read(ctx, obj, ns, role_inputs).await?;
     let cluster = capi.terraform_cluster.clone();
-    let durable = secrets
-        .get_opt(&names::inputs_secret(K::KIND, &o.name))
-        .await
-        .map_err(Error::Kube)?
+    let durable = cached::durable::<K>(ctx, o)
+        .await?
         .filter(|s| durable::owned_by(s, &o.uid));
-    let recorded = durable.as_ref().and_then(durable::read);
-    let backups = crate::backups::existing(&secrets, &o.suffix)
-        .await
-        .map_err(Error::Backup)?;
-    let snapshot = state::snapshot(&secrets, &o.suffix).await?;
-    let lock = locks::inspect(&ctx.client, ns, away, K::KIND, &o.name).await?;
+    let recorded = durable.as_deref().and_then(durable::read);
+    let backups = cached::backups(ctx, ns, &o.suffix).await?;
+    // A kept copy of the state serves only an idle pass whose status has
+    // seen its serial: anything else (a backup to take, an apply to adopt,
+    // a deletion) reads the data.
+    let observed_serial = obj.workspace_status().and_then(|s| s.observed_state_serial);
+    let snapshot = cached::state(ctx, ns, &o.suffix, |kept| {
+        !deleting
+            && !settling
+            && match &kept.readable {
+                StateReadable::Read(st) => i64::try_from(st.serial).ok() == observed_serial,
+                _ => true,
+            }
+    })
+    .await?;
+    let lock = cached::lock(ctx, o, K::KIND, away).await?;
 
     // A machine or pool whose cluster is gone still destroys with the
     // identity its apply used (ref §8.6: a missing owner never blocks a
@@ -225,16 +221,15 @@ async fn rest<K: Workload>(
         .as_ref()
         .and_then(|d| d.identity.as_deref())
         .filter(|_| deleting));
-    let labels = namespace
-        .and_then(|n| n.metadata.labels)
-        .unwrap_or_default();
-    let credentials = credentials::observe(&ctx.client, ns, &labels, identity).await?;
+    let labels = namespace.and_then(|n| n.labels).unwrap_or_default();
+    let credentials =
+        credentials::observe(&ctx.watches, &ctx.client, ns, &labels, identity).await?;
 
     // A machine reads its sources only until it is applied (ref §1.2): it
     // is never applied again, so what they say later changes nothing, and
     // one deleted later must not make it unready.
     let applied = recorded.as_ref().is_some_and(|d| d.applied)
-        || !backups.is_empty()
+        || !backups.secrets.is_empty()
         || obj
             .workspace_status()
             .is_some_and(crate::controllers::assessment::applied_by_status);
@@ -242,7 +237,7 @@ async fn rest<K: Workload>(
         Some(_) if K::KIND == Kind::Machine && applied => &[],
         sources => sources.unwrap_or_default(),
     };
-    let sources = fetch_variables(&ctx.client, ns, sources).await?;
+    let sources = fetch_variables(ctx, ns, sources);
     let binding = match deleting && namespace_terminating {
         true => Some(away::Binding::of(
             Api::<RoleBinding>::namespaced(ctx.client.clone(), ns)
@@ -272,70 +267,6 @@ async fn rest<K: Workload>(
     })
 }
 
-/// The Jobs of this object: its owner labels, and an owner reference to
-/// this very object (a same-named object created later has another UID).
-async fn jobs_of<K: Workload>(ctx: &Context, o: &Object) -> Result<Vec<Job>, Error> {
-    let selector = format!(
-        "{OWNER_KIND_LABEL}={},{OWNER_NAME_LABEL}={}",
-        K::KIND.kind(),
-        names::label_value(&o.name)
-    );
-    let list = Api::<Job>::namespaced(ctx.client.clone(), &o.namespace)
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(Error::Kube)?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|j| j.owner_references().iter().any(|r| r.uid == o.uid))
-        .collect())
-}
-
-/// The Jobs of this object run from the manager's namespace `away`: its
-/// uid label.
-async fn away_jobs_of<K: Workload>(
-    ctx: &Context,
-    o: &Object,
-    away: &str,
-) -> Result<Vec<Job>, Error> {
-    let selector = format!(
-        "{OWNER_KIND_LABEL}={},{OWNER_UID_LABEL}={}",
-        K::KIND.kind(),
-        o.uid
-    );
-    let list = Api::<Job>::namespaced(ctx.client.clone(), away)
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(Error::Kube)?;
-    Ok(list.items)
-}
-
-/// The final state of a Job's runner container, from its pod.
-/// The runner container's end, and the image ID its pod reported.
-async fn terminated(
-    ctx: &Context,
-    ns: &str,
-    job: &str,
-) -> Result<(Option<ContainerStateTerminated>, Option<String>), Error> {
-    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
-        .await
-        .map_err(Error::Kube)?;
-    let source = pods.items.into_iter().find_map(|p| {
-        p.status?.container_statuses?.into_iter().find(|c| {
-            c.name == crate::jobs::builder::SOURCE_CONTAINER
-                && c.state.as_ref().is_some_and(|s| s.terminated.is_some())
-        })
-    });
-    Ok(match source {
-        Some(c) => (
-            c.state.and_then(|s| s.terminated),
-            Some(c.image_id).filter(|id| !id.is_empty()),
-        ),
-        None => (None, None),
-    })
-}
-
 fn cluster_selector(cluster: &str) -> String {
     format!("{CLUSTER_NAME_LABEL}={}", names::label_value(cluster))
 }
@@ -358,52 +289,37 @@ async fn dependents<K: Workload>(ctx: &Context, obj: &K, ns: &str) -> Result<usi
     Ok(machines.items.len() + pools.items.len())
 }
 
-/// Reads each `variablesFrom` source of the object (a ConfigMap's `data`
-/// and `binaryData`, a Secret's `data`); a source without the opt-in label
+/// Each `variablesFrom` source of the object, from the watch of labelled
+/// ConfigMaps and Secrets (a ConfigMap's `data` and `binaryData`, a
+/// Secret's `data`); a source without the opt-in label is not watched, and
 /// reads as missing.
-async fn fetch_variables(
-    client: &kube::Client,
+fn fetch_variables(
+    ctx: &Context,
     ns: &str,
     sources: &[VariablesSource],
-) -> Result<Vec<Option<BTreeMap<String, Vec<u8>>>>, Error> {
-    fn opted_in(obj: &impl Resource) -> bool {
-        obj.meta()
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(VARIABLES_LABEL))
-            .is_some_and(|v| v == "true")
-    }
-    let mut fetched = Vec::with_capacity(sources.len());
-    for source in sources {
-        let data = match variables::reference(source) {
-            Some((SourceKind::ConfigMap, name)) => Api::<ConfigMap>::namespaced(client.clone(), ns)
-                .get_opt(name)
-                .await
-                .map_err(Error::Kube)?
-                .filter(opted_in)
-                .map(|c| {
-                    let text = c.data.unwrap_or_default().into_iter();
-                    let binary = c.binary_data.unwrap_or_default().into_iter();
-                    text.map(|(k, v)| (k, v.into_bytes()))
-                        .chain(binary.map(|(k, v)| (k, v.0)))
+) -> Vec<Option<BTreeMap<String, Vec<u8>>>> {
+    let watches = &ctx.watches;
+    sources
+        .iter()
+        .map(|source| match variables::reference(source) {
+            Some((SourceKind::ConfigMap, name)) => {
+                watches.variables_config_maps.get(ns, name).map(|c| {
+                    let text = c.data.iter().flatten();
+                    let binary = c.binary_data.iter().flatten();
+                    text.map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+                        .chain(binary.map(|(k, v)| (k.clone(), v.0.clone())))
                         .collect()
-                }),
-            Some((SourceKind::Secret, name)) => Api::<Secret>::namespaced(client.clone(), ns)
-                .get_opt(name)
-                .await
-                .map_err(Error::Kube)?
-                .filter(opted_in)
-                .map(|s| {
-                    s.data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, v.0))
-                        .collect()
-                }),
+                })
+            }
+            Some((SourceKind::Secret, name)) => watches.variables_secrets.get(ns, name).map(|s| {
+                s.data
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), v.0.clone()))
+                    .collect()
+            }),
             // merge reports the entry.
             None => None,
-        };
-        fetched.push(data);
-    }
-    Ok(fetched)
+        })
+        .collect()
 }

@@ -7,6 +7,10 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
+use std::sync::Arc;
+
+use super::cached;
 
 use crate::api::TerraformCluster;
 use crate::capi::objects::{Cluster, Machine, MachinePool};
@@ -15,7 +19,7 @@ use crate::controllers::workload::Workload;
 use crate::controllers::{Context, Error};
 use crate::keys::MANAGED_BY;
 use crate::names::{self, Kind};
-use crate::state::{self, Output, StateReadable};
+use crate::state::{Output, StateReadable};
 
 /// What a pass read of Cluster API.
 #[derive(Default)]
@@ -81,20 +85,21 @@ pub async fn read<K: Workload>(
     ns: &str,
     inputs: bool,
 ) -> Result<Capi, Error> {
-    let client = &ctx.client;
+    let w = &ctx.watches;
     let refs = obj.owner_references();
     let mut capi = Capi::default();
+    let owned = |o: Option<Arc<Cluster>>| o.map(|o| (*o).clone());
     if let Some(r) = owners::owner_ref(K::KIND, refs) {
         capi.owner = match K::KIND {
-            Kind::Cluster => get::<Cluster>(client, ns, &r.name)
-                .await?
-                .map(Owned::Cluster),
-            Kind::Machine => get::<Machine>(client, ns, &r.name)
-                .await?
-                .map(Owned::Machine),
-            Kind::MachinePool => get::<MachinePool>(client, ns, &r.name)
-                .await?
-                .map(Owned::Pool),
+            Kind::Cluster => owned(w.clusters.get(ns, &r.name)).map(Owned::Cluster),
+            Kind::Machine => w
+                .machines
+                .get(ns, &r.name)
+                .map(|m| Owned::Machine((*m).clone())),
+            Kind::MachinePool => w
+                .machine_pools
+                .get(ns, &r.name)
+                .map(|p| Owned::Pool((*p).clone())),
         };
     }
     if let Some(Owned::Cluster(c)) = &capi.owner {
@@ -106,14 +111,17 @@ pub async fn read<K: Workload>(
     let Some(cluster_name) = obj.cluster_name() else {
         return Ok(capi);
     };
-    capi.cluster = get::<Cluster>(client, ns, cluster_name).await?;
+    capi.cluster = owned(w.clusters.get(ns, cluster_name));
     let infra = capi
         .cluster
         .as_ref()
         .and_then(|c| c.spec.infrastructure_ref.as_ref())
         .filter(|r| r.api_group == crate::api::GROUP && r.kind == Kind::Cluster.kind());
     if let Some(infra) = infra {
-        capi.terraform_cluster = get::<TerraformCluster>(client, ns, &infra.name).await?;
+        capi.terraform_cluster = w
+            .terraform_clusters
+            .get(&ObjectRef::new(&infra.name).within(ns))
+            .map(|c| (*c).clone());
     }
     if !inputs {
         return Ok(capi);
@@ -125,14 +133,20 @@ pub async fn read<K: Workload>(
     }
     .and_then(|b| b.data_secret_name.as_deref())
     .filter(|n| !n.is_empty());
+    // Read live: Cluster API's bootstrap Secrets carry no label of CAPTF's,
+    // and only objects still building their inputs read them.
     if let Some(name) = secret {
-        capi.bootstrap = get::<Secret>(client, ns, name).await?.map(|s| {
-            s.data
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, v.0))
-                .collect()
-        });
+        capi.bootstrap = Api::<Secret>::namespaced(ctx.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(Error::Kube)?
+            .map(|s| {
+                s.data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, v.0))
+                    .collect()
+            });
     }
     // An externally managed cluster has no state of CAPTF's to read.
     if let Some(tc) = capi
@@ -141,25 +155,10 @@ pub async fn read<K: Workload>(
         .filter(|tc| !externally_managed(*tc))
     {
         let suffix = names::suffix(ns, Kind::Cluster, &tc.name_any());
-        let secrets = Api::<Secret>::namespaced(client.clone(), ns);
-        capi.cluster_outputs = match state::snapshot(&secrets, &suffix).await?.readable {
-            StateReadable::Read(st) => Some(st.outputs),
+        capi.cluster_outputs = match &cached::state(ctx, ns, &suffix, |_| true).await?.readable {
+            StateReadable::Read(st) => Some(st.outputs.clone()),
             _ => None,
         };
     }
     Ok(capi)
-}
-
-async fn get<K>(client: &kube::Client, ns: &str, name: &str) -> Result<Option<K>, Error>
-where
-    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
-{
-    Api::<K>::namespaced(client.clone(), ns)
-        .get_opt(name)
-        .await
-        .map_err(Error::Kube)
 }

@@ -8,8 +8,10 @@
 //! left there (the runner RoleBinding's included), and what destroys of its
 //! objects run from the manager's namespace left there ([`crate::jobs::away`]).
 //!
-//! It reads the API server directly (no cache, no --watch-filter), logs and
-//! records no events. [`plan`] and [`kept_subjects`] decide; [`sweep`] reads
+//! The sweep of a namespace reads the API server directly (no cache, no
+//! --watch-filter), logs and records no events; the periodic sweep visits
+//! only the namespaces where the watches show something to sweep
+//! ([`due`]). [`plan`] and [`kept_subjects`] decide; [`sweep`] reads
 //! and writes. Objects being deleted still count: their finalizer may yet run
 //! a destroy Job.
 
@@ -30,6 +32,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tracing::{debug, info, warn};
 
+use super::watches::{Watches, Workloads};
 use super::workload::Workload;
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
 use crate::error::{Categorized, Category, kube_category};
@@ -39,6 +42,7 @@ use crate::keys::{
 };
 use crate::names::{self, Kind, RUNNER_RBAC};
 use crate::protection;
+use std::sync::Arc;
 
 /// How many times a sweep of one namespace starts over after a write lost a
 /// race (a managed object or the RoleBinding changed since it was read).
@@ -201,32 +205,12 @@ pub struct Swept {
 pub enum SweepError {
     #[error("namespace sweep: {0}")]
     Api(#[from] kube::Error),
-    #[error("namespace sweep failed in {}", failures(.0))]
-    Incomplete(Vec<(String, SweepError)>),
-}
-
-fn failures(failed: &[(String, SweepError)]) -> String {
-    failed
-        .iter()
-        .map(|(ns, e)| format!("{ns} ({e})"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 impl Categorized for SweepError {
     fn category(&self) -> Category {
         match self {
             SweepError::Api(e) => kube_category(e),
-            // Another pass may succeed where any namespace failed for a
-            // passing reason.
-            SweepError::Incomplete(failed) => {
-                let categories: Vec<_> = failed.iter().map(|(_, e)| e.category()).collect();
-                if categories.contains(&Category::Transient) {
-                    Category::Transient
-                } else {
-                    categories.first().copied().unwrap_or(Category::Transient)
-                }
-            }
         }
     }
 }
@@ -274,6 +258,19 @@ async fn read_facts(client: &kube::Client, namespace: &str) -> Result<NamespaceF
     let clusters = workloads::<TerraformCluster>(client, namespace).await?;
     let machines = workloads::<TerraformMachine>(client, namespace).await?;
     let pools = workloads::<TerraformMachinePool>(client, namespace).await?;
+    Ok(facts_of(
+        &clusters.iter().collect::<Vec<_>>(),
+        &machines.iter().collect::<Vec<_>>(),
+        &pools.iter().collect::<Vec<_>>(),
+    ))
+}
+
+/// The facts of a namespace's workload objects.
+pub fn facts_of(
+    clusters: &[&TerraformCluster],
+    machines: &[&TerraformMachine],
+    pools: &[&TerraformMachinePool],
+) -> NamespaceFacts {
     let mut facts = NamespaceFacts {
         clusters: clusters
             .iter()
@@ -292,11 +289,15 @@ async fn read_facts(client: &kube::Client, namespace: &str) -> Result<NamespaceF
                     .and_then(|j| j.service_account_name.clone()),
             })
             .collect(),
-        workloads: clusters.iter().map(workload_facts).collect(),
+        workloads: clusters.iter().map(|c| workload_facts(*c)).collect(),
     };
-    facts.workloads.extend(machines.iter().map(workload_facts));
-    facts.workloads.extend(pools.iter().map(workload_facts));
-    Ok(facts)
+    facts
+        .workloads
+        .extend(machines.iter().map(|m| workload_facts(*m)));
+    facts
+        .workloads
+        .extend(pools.iter().map(|p| workload_facts(*p)));
+    facts
 }
 
 /// The metadata of the managed objects of one kind in `namespace`, or in
@@ -513,50 +514,6 @@ pub async fn sweep(
     Ok(swept)
 }
 
-/// Sweeps the namespace `scope` (--namespace), or else every namespace that
-/// holds a managed ServiceAccount, RoleBinding or Lease. A failing namespace
-/// does not stop the others.
-pub async fn sweep_all(
-    client: &kube::Client,
-    scope: Option<&str>,
-    away: Option<&str>,
-) -> Result<(), SweepError> {
-    let mut namespaces: BTreeSet<String> = match scope {
-        Some(ns) => BTreeSet::from([ns.to_owned()]),
-        None => {
-            let mut found = managed::<ServiceAccount>(client, None).await?;
-            found.extend(managed::<RoleBinding>(client, None).await?);
-            found.extend(managed::<Lease>(client, None).await?);
-            found.extend(listed::<Secret>(client, None, &protected_selector()).await?);
-            found.into_iter().filter_map(|m| m.namespace).collect()
-        }
-    };
-    // The namespaces whose objects' destroys left something in the
-    // manager's namespace, gone or not.
-    if let Some(away) = away {
-        let labelled = ListParams::default().labels(OWNER_NAMESPACE_LABEL);
-        let mut found = listed::<ServiceAccount>(client, Some(away), &labelled).await?;
-        found.extend(listed::<Job>(client, Some(away), &labelled).await?);
-        namespaces.extend(
-            found
-                .into_iter()
-                .filter_map(|m| m.labels?.remove(OWNER_NAMESPACE_LABEL))
-                .filter(|ns| scope.is_none_or(|s| s == ns)),
-        );
-    }
-    let mut failed = Vec::new();
-    for namespace in namespaces {
-        if let Err(e) = sweep(client, &namespace, away).await {
-            failed.push((namespace, e));
-        }
-    }
-    if failed.is_empty() {
-        Ok(())
-    } else {
-        Err(SweepError::Incomplete(failed))
-    }
-}
-
 /// Sweeps at once, then every `period`, forever.
 /// How long the asks for a sweep gather before the namespaces they name
 /// are swept, once each.
@@ -592,271 +549,50 @@ pub async fn when_asked(
     }
 }
 
+/// Sweeps, once the watches have listed and then every `period`, the
+/// namespaces (within `scope`) where the watches show something to sweep;
+/// an idle manager makes no request for it. `away` is the manager's
+/// namespace.
 pub async fn periodically(
     client: kube::Client,
+    watches: Arc<Watches>,
+    workloads: Workloads,
     scope: Option<String>,
     away: Option<String>,
     period: Duration,
 ) {
+    watches.wait_synced().await;
     loop {
-        if let Err(e) = sweep_all(&client, scope.as_deref(), away.as_deref()).await {
-            warn!("{e}");
-        }
+        sweep_due(
+            &client,
+            &watches,
+            &workloads,
+            scope.as_deref(),
+            away.as_deref(),
+        )
+        .await;
         tokio::time::sleep(period).await;
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn workload(
-        kind: Kind,
-        name: &str,
-        cluster: Option<&str>,
-        account: Option<&str>,
-    ) -> WorkloadFacts {
-        WorkloadFacts {
-            kind,
-            name: name.into(),
-            cluster_name: cluster.map(Into::into),
-            service_account: account.map(Into::into),
+/// One round of [`periodically`]; returns the namespaces swept.
+pub async fn sweep_due(
+    client: &kube::Client,
+    watches: &Watches,
+    workloads: &Workloads,
+    scope: Option<&str>,
+    away: Option<&str>,
+) -> BTreeSet<String> {
+    let due = due::due(watches, workloads, scope, away);
+    for namespace in &due {
+        if let Err(e) = sweep(client, namespace, away).await {
+            warn!(namespace, "namespace sweep: {e}");
         }
     }
-
-    fn cluster(label: Option<&str>, default: Option<&str>) -> ClusterFacts {
-        ClusterFacts {
-            cluster_name: label.map(Into::into),
-            default_service_account: default.map(Into::into),
-        }
-    }
-
-    fn keep(names: &[&str]) -> Plan {
-        Plan::Prune {
-            keep: names.iter().map(|n| (*n).to_owned()).collect(),
-        }
-    }
-
-    #[test]
-    fn plans() {
-        use Kind::{Cluster, Machine, MachinePool};
-        let long = "c".repeat(70);
-        let long_hashed = names::label_value(&long);
-        let table: Vec<(&str, NamespaceFacts, Plan)> = vec![
-            ("nothing left", NamespaceFacts::default(), Plan::Empty),
-            (
-                "a cluster with no account of its own",
-                NamespaceFacts {
-                    workloads: vec![workload(Cluster, "prod", Some("prod"), None)],
-                    clusters: vec![cluster(Some("prod"), Some("deployer"))],
-                },
-                keep(&["captf-runner"]),
-            ),
-            (
-                "a cluster's own account",
-                NamespaceFacts {
-                    workloads: vec![workload(Cluster, "prod", Some("prod"), Some("builder"))],
-                    clusters: vec![cluster(Some("prod"), None)],
-                },
-                keep(&["builder"]),
-            ),
-            (
-                "a machine takes its cluster's default",
-                NamespaceFacts {
-                    workloads: vec![
-                        workload(Cluster, "prod", Some("prod"), Some("builder")),
-                        workload(Machine, "m", Some("prod"), None),
-                    ],
-                    clusters: vec![cluster(Some("prod"), Some("deployer"))],
-                },
-                keep(&["builder", "deployer"]),
-            ),
-            (
-                "a pool's own account wins over the default",
-                NamespaceFacts {
-                    workloads: vec![workload(MachinePool, "p", Some("prod"), Some("mine"))],
-                    clusters: vec![cluster(Some("prod"), Some("deployer"))],
-                },
-                keep(&["mine"]),
-            ),
-            (
-                "a cluster without defaults gives captf-runner",
-                NamespaceFacts {
-                    workloads: vec![workload(Machine, "m", Some("prod"), None)],
-                    clusters: vec![
-                        cluster(Some("prod"), None),
-                        cluster(Some("other"), Some("x")),
-                    ],
-                },
-                keep(&["captf-runner"]),
-            ),
-            (
-                "a missing cluster keeps every default and captf-runner",
-                NamespaceFacts {
-                    workloads: vec![workload(Machine, "m", Some("gone"), None)],
-                    clusters: vec![
-                        cluster(Some("a"), Some("deployer")),
-                        cluster(Some("b"), None),
-                        cluster(None, Some("unlabelled")),
-                    ],
-                },
-                keep(&["captf-runner", "deployer", "unlabelled"]),
-            ),
-            (
-                "no cluster label is a cluster not found",
-                NamespaceFacts {
-                    workloads: vec![workload(MachinePool, "p", None, None)],
-                    clusters: vec![cluster(Some("a"), Some("deployer"))],
-                },
-                keep(&["captf-runner", "deployer"]),
-            ),
-            (
-                "an unresolved object with its own account needs no default",
-                NamespaceFacts {
-                    workloads: vec![workload(Machine, "m", Some("gone"), Some("mine"))],
-                    clusters: vec![cluster(Some("a"), Some("deployer"))],
-                },
-                keep(&["mine"]),
-            ),
-            (
-                "every cluster with the label counts",
-                NamespaceFacts {
-                    workloads: vec![workload(Machine, "m", Some("prod"), None)],
-                    clusters: vec![
-                        cluster(Some("prod"), Some("one")),
-                        cluster(Some("prod"), Some("two")),
-                    ],
-                },
-                keep(&["one", "two"]),
-            ),
-            (
-                "a long cluster name matches its hashed label",
-                NamespaceFacts {
-                    workloads: vec![workload(Machine, "m", Some(&long), None)],
-                    clusters: vec![
-                        cluster(Some(&long_hashed), Some("hashed")),
-                        cluster(Some("other"), Some("unrelated")),
-                    ],
-                },
-                keep(&["hashed"]),
-            ),
-        ];
-        for (what, facts, want) in table {
-            assert_eq!(plan(&facts), want, "{what}");
-        }
-    }
-
-    #[test]
-    fn unresolved_objects() {
-        let facts = NamespaceFacts {
-            workloads: vec![
-                workload(Kind::Cluster, "c", Some("gone"), None),
-                workload(Kind::Machine, "found", Some("prod"), None),
-                workload(Kind::Machine, "own", Some("gone"), Some("x")),
-                workload(Kind::Machine, "lost", Some("gone"), None),
-                workload(Kind::MachinePool, "unlabelled", None, None),
-            ],
-            clusters: vec![cluster(Some("prod"), None)],
-        };
-        let names: Vec<_> = unresolved(&facts).map(|w| w.name.as_str()).collect();
-        assert_eq!(names, ["lost", "unlabelled"]);
-    }
-
-    fn sa(namespace: &str, name: &str) -> Subject {
-        Subject {
-            kind: "ServiceAccount".into(),
-            name: name.into(),
-            namespace: Some(namespace.into()),
-            api_group: None,
-        }
-    }
-
-    fn set(names: &[&str]) -> BTreeSet<String> {
-        names.iter().map(|n| (*n).to_owned()).collect()
-    }
-
-    #[test]
-    fn subjects_kept() {
-        let user = Subject {
-            kind: "User".into(),
-            name: "captf-runner".into(),
-            namespace: None,
-            api_group: Some("rbac.authorization.k8s.io".into()),
-        };
-        let mut grouped = sa("ns", "captf-runner");
-        grouped.api_group = Some("example.com".into());
-        let subjects = vec![
-            sa("ns", "builder"),
-            sa("ns", "captf-runner"),
-            sa("other", "captf-runner"),
-            user,
-            grouped,
-            sa("ns", "deployer"),
-        ];
-        let table: &[(&[&str], Vec<Subject>)] = &[
-            (&["captf-runner"], vec![sa("ns", "captf-runner")]),
-            (
-                &["deployer", "captf-runner", "absent"],
-                vec![sa("ns", "captf-runner"), sa("ns", "deployer")],
-            ),
-            (&[], vec![]),
-        ];
-        for (names, want) in table {
-            assert_eq!(
-                kept_subjects(&subjects, "ns", &set(names)),
-                *want,
-                "{names:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn only_the_runner_binding_is_pruned_and_only_when_it_changes() {
-        let binding = rbac::role_binding("ns", &set(&["builder", "captf-runner"]));
-        let updated = pruned(&binding, "ns", &set(&["captf-runner"])).unwrap();
-        assert_eq!(updated.subjects, Some(vec![sa("ns", "captf-runner")]));
-        assert_eq!(
-            updated.metadata, binding.metadata,
-            "the resourceVersion guard stays"
-        );
-        assert_eq!(updated.role_ref, binding.role_ref);
-
-        assert_eq!(
-            pruned(&binding, "ns", &set(&["builder", "captf-runner", "x"])),
-            None
-        );
-        let emptied = pruned(&binding, "ns", &set(&["x"])).unwrap();
-        assert_eq!(emptied.subjects, Some(vec![]));
-        let mut none = binding.clone();
-        none.subjects = None;
-        assert_eq!(pruned(&none, "ns", &set(&[])), None);
-
-        let mut renamed = binding.clone();
-        renamed.metadata.name = Some("something-else".into());
-        assert_eq!(pruned(&renamed, "ns", &set(&[])), None);
-        let mut foreign = binding;
-        foreign.role_ref.name = "admin".into();
-        assert_eq!(pruned(&foreign, "ns", &set(&[])), None);
-    }
-
-    #[test]
-    fn categories() {
-        let status = |code| {
-            kube::Error::Api(
-                kube::core::Status::failure("x", "y")
-                    .with_code(code)
-                    .boxed(),
-            )
-        };
-        assert_eq!(SweepError::Api(status(409)).category(), Category::Transient);
-        assert_eq!(SweepError::Api(status(403)).category(), Category::Invalid);
-        let incomplete = SweepError::Incomplete(vec![
-            ("a".into(), SweepError::Api(status(403))),
-            ("b".into(), SweepError::Api(status(500))),
-        ]);
-        assert_eq!(incomplete.category(), Category::Transient);
-        assert!(incomplete.to_string().contains("a ("), "{incomplete}");
-        let refused = SweepError::Incomplete(vec![("a".into(), SweepError::Api(status(403)))]);
-        assert_eq!(refused.category(), Category::Invalid);
-    }
+    due
 }
+
+mod due;
+
+#[cfg(test)]
+mod tests;

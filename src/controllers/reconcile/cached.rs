@@ -1,0 +1,241 @@
+//! Observe's reads that the watches answer: the object's Jobs and their
+//! pods, its namespace, its state, backups, durable inputs and lock. The
+//! data of a Secret is read from the API server only when the metadata
+//! watch shows it changed since it was last read; what a watched copy
+//! cannot settle safely (a lock holder's pod never seen) is read live.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, Namespace, Pod, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, ObjectMeta};
+
+use super::Object;
+use crate::backups::{self, Listed};
+use crate::controllers::watches::{Versions, key};
+use crate::controllers::workload::Workload;
+use crate::controllers::{Context, Error};
+use crate::keys::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_UID_LABEL};
+use crate::locks::{self, Assessment, PodFact, Verdict};
+use crate::names::{self, Kind};
+use crate::state::{self, Snapshot};
+
+const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+
+fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+/// The Jobs of this object: its owner labels, and an owner reference to
+/// this very object (a same-named object created later has another UID).
+pub fn jobs_of<K: Workload>(ctx: &Context, o: &Object) -> Vec<Job> {
+    let name = names::label_value(&o.name);
+    ctx.watches
+        .jobs
+        .filter(|j| {
+            j.metadata.namespace.as_deref() == Some(o.namespace.as_str())
+                && label(&j.metadata, OWNER_KIND_LABEL) == Some(K::KIND.kind())
+                && label(&j.metadata, OWNER_NAME_LABEL) == Some(name.as_str())
+                && j.owner_references().iter().any(|r| r.uid == o.uid)
+        })
+        .into_iter()
+        .map(|j| (*j).clone())
+        .collect()
+}
+
+/// The Jobs of this object run from the manager's namespace `away`: its
+/// uid label.
+pub fn away_jobs_of<K: Workload>(ctx: &Context, o: &Object, away: &str) -> Vec<Job> {
+    ctx.watches
+        .jobs
+        .filter(|j| {
+            j.metadata.namespace.as_deref() == Some(away)
+                && label(&j.metadata, OWNER_KIND_LABEL) == Some(K::KIND.kind())
+                && label(&j.metadata, OWNER_UID_LABEL) == Some(o.uid.as_str())
+        })
+        .into_iter()
+        .map(|j| (*j).clone())
+        .collect()
+}
+
+/// The runner container's end, and the image ID its pod reported: from
+/// the watched pods, else (the pod's last change not seen yet) read live.
+pub async fn terminated(
+    ctx: &Context,
+    ns: &str,
+    job: &str,
+) -> Result<(Option<ContainerStateTerminated>, Option<String>), Error> {
+    let seen = ctx.watches.pods.filter(|p| {
+        p.metadata.namespace.as_deref() == Some(ns)
+            && label(&p.metadata, JOB_NAME_LABEL) == Some(job)
+    });
+    if let Some(end) = seen.iter().find_map(|p| runner_end(p)) {
+        return Ok(end);
+    }
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job}")))
+        .await
+        .map_err(Error::Kube)?;
+    Ok(pods
+        .items
+        .iter()
+        .find_map(runner_end)
+        .unwrap_or((None, None)))
+}
+
+/// The runner container's end and image ID, once it terminated.
+fn runner_end(pod: &Pod) -> Option<(Option<ContainerStateTerminated>, Option<String>)> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    let c = statuses.iter().find(|c| {
+        c.name == crate::jobs::builder::SOURCE_CONTAINER
+            && c.state.as_ref().is_some_and(|s| s.terminated.is_some())
+    })?;
+    Some((
+        c.state.as_ref().and_then(|s| s.terminated.clone()),
+        Some(c.image_id.clone()).filter(|id| !id.is_empty()),
+    ))
+}
+
+/// The namespace's metadata: watched, else (not seen yet) read live.
+/// None when it does not exist.
+pub async fn namespace(ctx: &Context, ns: &str) -> Result<Option<ObjectMeta>, Error> {
+    let seen = ctx
+        .watches
+        .namespaces
+        .get(&kube::runtime::reflector::ObjectRef::new(ns));
+    if let Some(seen) = seen {
+        return Ok(Some(seen.metadata.clone()));
+    }
+    live_namespace(ctx, ns).await
+}
+
+/// The namespace's metadata, read live: a deletion goes by what the API
+/// server says now.
+pub async fn live_namespace(ctx: &Context, ns: &str) -> Result<Option<ObjectMeta>, Error> {
+    Ok(Api::<Namespace>::all(ctx.client.clone())
+        .get_opt(ns)
+        .await
+        .map_err(Error::Kube)?
+        .map(|n| n.metadata))
+}
+
+/// The state of `suffix` in `ns`. A copy read earlier serves while the
+/// state Secrets keep their resourceVersions and `reuse` accepts it;
+/// otherwise the Secrets are read (with their data, for this pass) and the
+/// copy is kept without the data.
+pub async fn state(
+    ctx: &Context,
+    ns: &str,
+    suffix: &str,
+    reuse: impl Fn(&Snapshot) -> bool,
+) -> Result<Arc<Snapshot>, Error> {
+    let selector = state::labels(suffix);
+    let seen = ctx.watches.state_secrets.filter(|s| {
+        s.metadata.namespace.as_deref() == Some(ns)
+            && selector
+                .iter()
+                .all(|(k, v)| label(&s.metadata, k) == Some(v.as_str()))
+    });
+    let versions = Versions::of(seen.iter().map(|s| &s.metadata));
+    let key = key(ns, suffix);
+    let cache = &ctx.watches.derived.states;
+    if let Some(kept) = cache.get(&key, &versions).filter(|s| reuse(s)) {
+        return Ok(kept);
+    }
+    if versions.is_empty() && reuse(&Snapshot::not_found()) {
+        return Ok(Arc::new(Snapshot::not_found()));
+    }
+    let read = state::snapshot(&Api::namespaced(ctx.client.clone(), ns), suffix).await?;
+    cache.put(
+        &key,
+        Versions::of(read.secrets.iter().map(|s| &s.metadata)),
+        Arc::new(read.without_data()),
+    );
+    Ok(Arc::new(read))
+}
+
+/// The object's backups: the sets as judged when their Secrets were last
+/// read, while the Secrets keep their resourceVersions.
+pub async fn backups(ctx: &Context, ns: &str, suffix: &str) -> Result<Arc<Listed>, Error> {
+    let seen = ctx.watches.managed_secrets.filter(|s| {
+        s.metadata.namespace.as_deref() == Some(ns)
+            && label(&s.metadata, crate::keys::BACKUP_SUFFIX_LABEL) == Some(suffix)
+    });
+    let versions = Versions::of(seen.iter().map(|s| &s.metadata));
+    if versions.is_empty() {
+        return Ok(Arc::new(Listed::default()));
+    }
+    let key = key(ns, suffix);
+    let cache = &ctx.watches.derived.backups;
+    if let Some(kept) = cache.get(&key, &versions) {
+        return Ok(kept);
+    }
+    let read = backups::existing(&Api::namespaced(ctx.client.clone(), ns), suffix)
+        .await
+        .map_err(Error::Backup)?;
+    let versions = Versions::of(read.iter().map(|s| &s.metadata));
+    let listed = Arc::new(Listed::of(read, suffix));
+    cache.put(&key, versions, listed.clone());
+    Ok(listed)
+}
+
+/// The durable inputs Secret of the object, when it exists.
+pub async fn durable<K: Workload>(ctx: &Context, o: &Object) -> Result<Option<Arc<Secret>>, Error> {
+    let name = names::inputs_secret(K::KIND, &o.name);
+    let Some(seen) = ctx.watches.managed_secrets.get(&o.namespace, &name) else {
+        return Ok(None);
+    };
+    let versions = Versions::of([&seen.metadata]);
+    let key = key(&o.namespace, &o.suffix);
+    let cache = &ctx.watches.derived.durable;
+    if let Some(kept) = cache.get(&key, &versions) {
+        return Ok(Some(kept));
+    }
+    let read = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace)
+        .get_opt(&name)
+        .await
+        .map_err(Error::Kube)?
+        .map(Arc::new);
+    if let Some(read) = &read {
+        cache.put(&key, Versions::of([&read.metadata]), read.clone());
+    }
+    Ok(read)
+}
+
+/// The verdict on the object's state lock. The Lease is the watched copy;
+/// when one of the object's own runner pods holds it, a pod seen ended
+/// settles it (an ended pod never runs again), one seen running counts as
+/// alive (its end wakes the object), and one never seen is read live: only
+/// the API server can say it is gone.
+pub async fn lock(
+    ctx: &Context,
+    o: &Object,
+    kind: Kind,
+    away: Option<&str>,
+) -> Result<Verdict, Error> {
+    let lease = ctx
+        .watches
+        .lock_leases
+        .get(&o.namespace, &names::state_lock_lease(&o.suffix));
+    match locks::assess(kind, &o.name, lease.as_deref()) {
+        Assessment::Settled(verdict) => Ok(verdict),
+        Assessment::OwnPod(hold) => {
+            let seen = std::iter::once(o.namespace.as_str())
+                .chain(away)
+                .find_map(|ns| ctx.watches.pods.get(ns, hold.pod()));
+            match seen {
+                Some(pod) => Ok(hold.verdict(PodFact::of(Some(pod.as_ref())))),
+                None => Ok(locks::inspect(&ctx.client, &o.namespace, away, kind, &o.name).await?),
+            }
+        }
+    }
+}
+
+/// Whether a namespace's metadata says it is being deleted, or it is gone.
+pub fn terminating(namespace: Option<&ObjectMeta>) -> bool {
+    namespace.is_none_or(|n| n.deletion_timestamp.is_some())
+}

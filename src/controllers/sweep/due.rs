@@ -1,0 +1,124 @@
+//! Which namespaces the periodic sweep visits: those whose watched objects
+//! show something to sweep. The sweep itself then reads the API server
+//! afresh; a namespace with nothing to do costs no request.
+
+use std::collections::BTreeSet;
+
+use kube::Resource;
+
+use super::{Plan, facts_of, plan, pruned};
+use crate::controllers::watches::{Watches, Workloads};
+use crate::keys::{OWNER_NAMESPACE_LABEL, PROTECTED_LABEL};
+use crate::names::RUNNER_RBAC;
+
+fn label<'a>(o: &'a impl Resource, key: &str) -> Option<&'a str> {
+    o.meta()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+fn namespace_of(o: &impl Resource) -> Option<String> {
+    o.meta().namespace.clone()
+}
+
+/// The namespaces (within `scope`) where a sweep would change something,
+/// as the watches see them.
+pub fn due(
+    watches: &Watches,
+    workloads: &Workloads,
+    scope: Option<&str>,
+    away: Option<&str>,
+) -> BTreeSet<String> {
+    // What the live sweep looks for: CAPTF's accounts, bindings and Leases
+    // (not those kept in the manager's namespace for another's objects),
+    // protected Secrets, and what destroys left in the manager's namespace.
+    let mut found: BTreeSet<String> = BTreeSet::new();
+    found.extend(
+        watches
+            .accounts
+            .filter(|a| label(a, OWNER_NAMESPACE_LABEL).is_none())
+            .iter()
+            .filter_map(|a| namespace_of(a.as_ref())),
+    );
+    found.extend(
+        watches
+            .bindings
+            .filter(|b| label(b, OWNER_NAMESPACE_LABEL).is_none())
+            .iter()
+            .filter_map(|b| namespace_of(b.as_ref())),
+    );
+    found.extend(
+        watches
+            .leases
+            .filter(|l| label(l, OWNER_NAMESPACE_LABEL).is_none())
+            .iter()
+            .filter_map(|l| namespace_of(l.as_ref())),
+    );
+    found.extend(
+        watches
+            .managed_secrets
+            .filter(|s| label(s, PROTECTED_LABEL) == Some("true"))
+            .iter()
+            .filter_map(|s| namespace_of(s.as_ref())),
+    );
+    let mut leftovers: BTreeSet<String> = BTreeSet::new();
+    if let Some(away) = away {
+        let in_away = |ns: Option<&str>| ns == Some(away);
+        leftovers.extend(
+            watches
+                .accounts
+                .filter(|a| in_away(a.meta().namespace.as_deref()))
+                .iter()
+                .filter_map(|a| label(a.as_ref(), OWNER_NAMESPACE_LABEL).map(str::to_owned)),
+        );
+        leftovers.extend(
+            watches
+                .jobs
+                .filter(|j| in_away(j.meta().namespace.as_deref()))
+                .iter()
+                .filter_map(|j| label(j.as_ref(), OWNER_NAMESPACE_LABEL).map(str::to_owned)),
+        );
+    }
+    found
+        .into_iter()
+        .chain(leftovers.iter().cloned())
+        .filter(|ns| scope.is_none_or(|s| s == ns))
+        .filter(|ns| leftovers.contains(ns) || sweeps_something(watches, workloads, ns))
+        .collect()
+}
+
+/// Whether the sweep of `ns`, where CAPTF left something, would change it:
+/// nothing uses what is left, or the runner binding has a subject to lose.
+fn sweeps_something(watches: &Watches, workloads: &Workloads, ns: &str) -> bool {
+    let clusters = workloads.0.state();
+    let machines = workloads.1.state();
+    let pools = workloads.2.state();
+    let in_ns = |meta: &kube::api::ObjectMeta| meta.namespace.as_deref() == Some(ns);
+    let facts = facts_of(
+        &clusters
+            .iter()
+            .filter(|c| in_ns(c.meta()))
+            .map(|c| c.as_ref())
+            .collect::<Vec<_>>(),
+        &machines
+            .iter()
+            .filter(|m| in_ns(m.meta()))
+            .map(|m| m.as_ref())
+            .collect::<Vec<_>>(),
+        &pools
+            .iter()
+            .filter(|p| in_ns(p.meta()))
+            .map(|p| p.as_ref())
+            .collect::<Vec<_>>(),
+    );
+    match plan(&facts) {
+        Plan::Empty => true,
+        Plan::Prune { keep } => watches
+            .bindings
+            .filter(|b| in_ns(b.meta()) && b.meta().name.as_deref() == Some(RUNNER_RBAC))
+            .iter()
+            .any(|b| pruned(b, ns, &keep).is_some()),
+    }
+}

@@ -1,0 +1,323 @@
+//! What the manager watches, and the view of the cluster a pass reads from.
+//!
+//! An idle pass makes no API request: everything it reads is answered from
+//! watches, each by label (CAPTF's Jobs, their pods, the state and
+//! CAPTF-managed Secrets as metadata only, the state lock Leases, the
+//! labelled `variablesFrom` sources), besides the workload kinds, the
+//! Cluster API owners, the identities and the namespaces' metadata. A
+//! Secret's data is read only when its resourceVersion changed since it was
+//! last read ([`derived`]). No watch takes every Secret of the cluster.
+//!
+//! Each watch also wakes the objects a change concerns ([`wake`]), after
+//! its store took the change: a pass never reads a store older than what
+//! woke it.
+
+mod derived;
+mod sources;
+mod wake;
+mod workloads;
+
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{FutureExt, Stream, StreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::ResourceExt;
+use kube::api::{Api, PartialObjectMeta};
+use kube::core::NamespaceResourceScope;
+use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use crate::api::{TerraformCluster, TerraformClusterIdentity};
+use crate::capi::objects::{Cluster, Machine, MachinePool};
+use crate::keys::{MANAGED_LABEL, VARIABLES_LABEL};
+
+pub use derived::{Derived, Versions, key};
+pub use sources::Sources;
+pub use wake::{Target, Wake};
+pub use workloads::{Feed, View, Workloads, view};
+
+/// One kind's stores: one per namespace scope watched (the objects'
+/// namespaces, and the manager's own when destroys run there and it is not
+/// among them).
+pub struct Scoped<K: Lookup + Clone + 'static>(Vec<Store<K>>)
+where
+    K::DynamicType: Eq + Hash + Clone;
+
+impl<K> Scoped<K>
+where
+    K: Lookup + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        let key = ObjectRef::new_with(name, Default::default()).within(namespace);
+        self.0.iter().find_map(|s| s.get(&key))
+    }
+
+    pub fn filter(&self, keep: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
+        self.0
+            .iter()
+            .flat_map(Store::state)
+            .filter(|o| keep(o))
+            .collect()
+    }
+}
+
+/// The manager's view of the cluster, kept by watches.
+pub struct Watches {
+    pub jobs: Scoped<Job>,
+    pub pods: Scoped<Pod>,
+    /// The state lock Leases (the backend's `tfstate` label).
+    pub lock_leases: Scoped<Lease>,
+    /// CAPTF's Leases, ServiceAccounts and RoleBindings: what the
+    /// namespace sweep looks for.
+    pub leases: Scoped<PartialObjectMeta<Lease>>,
+    pub accounts: Scoped<PartialObjectMeta<ServiceAccount>>,
+    pub bindings: Scoped<RoleBinding>,
+    /// The state chunk Secrets (the backend's `tfstate` label).
+    pub state_secrets: Scoped<PartialObjectMeta<Secret>>,
+    /// CAPTF's own Secrets: backups, durable inputs, mirrors, per-run and
+    /// plan Secrets.
+    pub managed_secrets: Scoped<PartialObjectMeta<Secret>>,
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub identities: Store<TerraformClusterIdentity>,
+    /// The identities' Secrets, each watched by name once first read.
+    pub identity_sources: Sources,
+    pub variables_config_maps: Scoped<ConfigMap>,
+    pub variables_secrets: Scoped<Secret>,
+    pub clusters: Scoped<Cluster>,
+    pub machines: Scoped<Machine>,
+    pub machine_pools: Scoped<MachinePool>,
+    /// The TerraformClusters: their controller's store.
+    pub terraform_clusters: Store<TerraformCluster>,
+    /// What was derived from Secrets' data, by their resourceVersions.
+    pub derived: Derived,
+    tasks: Vec<JoinHandle<()>>,
+    synced: Vec<Box<dyn Fn() -> bool + Send + Sync>>,
+}
+
+impl Watches {
+    /// Whether every watch has listed once.
+    pub fn synced(&self) -> bool {
+        self.synced.iter().all(|s| s())
+    }
+
+    /// Waits until [`Self::synced`].
+    pub async fn wait_synced(&self) {
+        // Polled: kube's store readiness wakes only the last task that
+        // waited on it.
+        while !self.synced() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn stop(&self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.identity_sources.stop();
+    }
+}
+
+/// Where the watches look: every namespace, or `--namespace` and the
+/// manager's own when destroys run there.
+pub struct Scope {
+    pub client: kube::Client,
+    pub namespace: Option<String>,
+    pub away: Option<String>,
+}
+
+impl Scope {
+    fn namespaces(&self) -> Vec<Option<&str>> {
+        match (&self.namespace, &self.away) {
+            (None, _) => vec![None],
+            (Some(ns), Some(away)) if ns != away => vec![Some(ns), Some(away)],
+            (Some(ns), _) => vec![Some(ns)],
+        }
+    }
+
+    pub fn api<K>(&self, namespace: Option<&str>) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+}
+
+/// Builds the watches and starts them; `wake` wakes the objects a change
+/// concerns.
+fn start(scope: &Scope, wake: &Wake) -> Watches {
+    let mut b = Builder::default();
+    let managed = || watcher::Config::default().labels(&format!("{MANAGED_LABEL}=true"));
+    let tfstate = || watcher::Config::default().labels("tfstate=true");
+    let variables = || watcher::Config::default().labels(&format!("{VARIABLES_LABEL}=true"));
+    let all = watcher::Config::default;
+
+    let jobs = b.full(scope, managed(), wake.by_owner_labels());
+    let pods = b.full(scope, managed(), wake.by_owner_labels());
+    let lock_leases = b.full(scope, tfstate(), wake.by_owner_labels());
+    // The cluster write lease wakes the machines and pools waiting on it.
+    let leases = b.meta(scope, managed(), wake.of_cluster_lease());
+    let accounts = b.meta(scope, managed(), |_: &PartialObjectMeta<_>| {});
+    let bindings = b.full(scope, managed(), |_: &RoleBinding| {});
+    let state_secrets = b.meta(scope, tfstate(), wake.by_owner_labels());
+    let managed_secrets = b.meta(scope, managed(), wake.by_owner_labels());
+    let variables_config_maps = b.full(scope, variables(), wake.of_variables());
+    let variables_secrets = b.full(scope, variables(), wake.of_variables());
+    let clusters = b.full(scope, all(), wake.of_cluster());
+    let machines = b.full(scope, all(), wake.of_machine());
+    let machine_pools = b.full(scope, all(), wake.of_machine_pool());
+    let namespace_config = match &scope.namespace {
+        Some(ns) => all().fields(&format!("metadata.name={ns}")),
+        None => all(),
+    };
+    let namespaces = b.spawn(
+        watcher::watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(scope.client.clone()),
+            namespace_config,
+        ),
+        |_: &PartialObjectMeta<Namespace>| {},
+    );
+    let identities = b.spawn(
+        watcher::watcher(
+            Api::<TerraformClusterIdentity>::all(scope.client.clone()),
+            all(),
+        ),
+        |_: &TerraformClusterIdentity| {},
+    );
+    Watches {
+        jobs,
+        pods,
+        lock_leases,
+        leases,
+        accounts,
+        bindings,
+        state_secrets,
+        managed_secrets,
+        namespaces,
+        identities,
+        identity_sources: Sources::new(scope.client.clone()),
+        variables_config_maps,
+        variables_secrets,
+        clusters,
+        machines,
+        machine_pools,
+        terraform_clusters: wake.clusters.store(),
+        derived: Derived::default(),
+        tasks: b.tasks,
+        synced: b.synced,
+    }
+}
+
+#[derive(Default)]
+struct Builder {
+    tasks: Vec<JoinHandle<()>>,
+    synced: Vec<Box<dyn Fn() -> bool + Send + Sync>>,
+}
+
+impl Builder {
+    /// A watch of whole objects in each namespace scope.
+    fn full<K>(
+        &mut self,
+        scope: &Scope,
+        config: watcher::Config,
+        wake: impl Fn(&K) + Clone + Send + 'static,
+    ) -> Scoped<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
+        let stores = scope
+            .namespaces()
+            .into_iter()
+            .map(|ns| {
+                self.spawn(
+                    watcher::watcher(scope.api::<K>(ns), config.clone()),
+                    wake.clone(),
+                )
+            })
+            .collect();
+        Scoped(stores)
+    }
+
+    /// A metadata-only watch in each namespace scope.
+    fn meta<K>(
+        &mut self,
+        scope: &Scope,
+        config: watcher::Config,
+        wake: impl Fn(&PartialObjectMeta<K>) + Clone + Send + 'static,
+    ) -> Scoped<PartialObjectMeta<K>>
+    where
+        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
+        let stores = scope
+            .namespaces()
+            .into_iter()
+            .map(|ns| {
+                self.spawn(
+                    watcher::watcher(scope.api::<PartialObjectMeta<K>>(ns), config.clone()),
+                    wake.clone(),
+                )
+            })
+            .collect();
+        Scoped(stores)
+    }
+
+    /// Reflects `events` into a store; each change, once in the store,
+    /// goes to `wake`.
+    fn spawn<K>(
+        &mut self,
+        events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+        wake: impl Fn(&K) + Send + 'static,
+    ) -> Store<K>
+    where
+        K: kube::Resource + Clone + Send + Sync + 'static,
+        K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
+    {
+        let (reader, writer) = reflector::store();
+        // Nothing reads the managed fields: they are not kept.
+        let events = events
+            .default_backoff()
+            .modify(|o| o.managed_fields_mut().clear());
+        let reflected = reflector::reflector(writer, events);
+        self.tasks.push(tokio::spawn(async move {
+            let mut reflected = std::pin::pin!(reflected);
+            while let Some(event) = reflected.next().await {
+                match event {
+                    Ok(
+                        watcher::Event::Apply(o)
+                        | watcher::Event::InitApply(o)
+                        | watcher::Event::Delete(o),
+                    ) => wake(&o),
+                    Ok(_) => {}
+                    Err(e) => warn!("watch: {e}"),
+                }
+            }
+        }));
+        let ready = reader.clone();
+        self.synced.push(Box::new(move || {
+            matches!(ready.wait_until_ready().now_or_never(), Some(Ok(())))
+        }));
+        reader
+    }
+}
