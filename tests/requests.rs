@@ -4,7 +4,13 @@
 //! pass that starts an apply a bounded number; a change that adds a read or
 //! a write to every pass fails here.
 
-use captf_testkit::scenario::{NOOP, applied, setup, vars, within};
+use std::time::Duration;
+
+use captf::api::TerraformMachine;
+use captf::names::Kind;
+use captf_testkit::scenario::{
+    NOOP, applied, big_state, condition, many_machines, put_state, setup, vars, within,
+};
 use serde_json::json;
 
 const MANAGER: &str = env!("CARGO_BIN_EXE_captf-manager");
@@ -85,4 +91,80 @@ async fn a_pass_costs_a_fixed_number_of_requests() {
             "{kind} {name}: the start pass made {start:?} requests"
         );
     }
+}
+
+/// The sum of the series of `family` in a scrape.
+fn total(scrape: &str, family: &str) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The request budget at rest, pinned at small N (the scale run of `make
+/// bench` measures it at 2,000 objects): fifty machines that can never be
+/// applied (their identity does not allow the namespace), ten of them with
+/// a state written by hand, each reconciled once per --sync-period. Over
+/// two resyncs the manager's client makes at most 5 requests in all (a
+/// watch that the API server closed and that reopens counts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resync_of_fifty_objects_at_rest_makes_at_most_five_requests() {
+    const PERIOD: u64 = 4;
+    let period = format!("--sync-period={PERIOD}s");
+    let env = setup(MANAGER, "at-rest", &[], &[&period]).await;
+    let identity = format!("{}-elsewhere", env.ns);
+    env.identity_allowing(&identity, "elsewhere").await;
+    many_machines(&env.client, &env.ns, 50, &identity).await;
+    for i in 0..10 {
+        put_state(
+            &env,
+            Kind::Machine,
+            &format!("m-{i}"),
+            &big_state(64 * 1024),
+        )
+        .await;
+    }
+    within(
+        &env,
+        120,
+        "every machine refused and its state read",
+        || async {
+            let listed = env
+                .api::<TerraformMachine>()
+                .list(&Default::default())
+                .await
+                .ok()?;
+            let refused = |m: &TerraformMachine| {
+                m.status.as_ref().is_some_and(|s| {
+                    condition(&s.workspace, "IdentityAllowed").is_some_and(|(st, _)| st == "False")
+                })
+            };
+            let read = |m: &TerraformMachine| {
+                m.status
+                    .as_ref()
+                    .and_then(|s| s.workspace.observed_state_serial)
+                    == Some(7)
+            };
+            let with_state = listed.items.iter().filter(|m| read(m)).count();
+            (listed.items.len() == 50 && listed.items.iter().all(refused) && with_state == 10)
+                .then_some(())
+        },
+    )
+    .await;
+    // A resync after the last status write: every object at rest.
+    tokio::time::sleep(Duration::from_secs(PERIOD + 1)).await;
+    let before = env.manager.metrics().await;
+    tokio::time::sleep(Duration::from_secs(2 * PERIOD)).await;
+    let after = env.manager.metrics().await;
+    let passes = total(&after, "controller_runtime_reconcile_total")
+        - total(&before, "controller_runtime_reconcile_total");
+    let requests =
+        total(&after, "rest_client_requests_total") - total(&before, "rest_client_requests_total");
+    println!("{passes} passes, {requests} requests over two resyncs");
+    assert!(passes >= 50.0, "only {passes} passes in two resyncs");
+    assert!(
+        requests <= 5.0,
+        "{requests} requests over {passes} passes at rest"
+    );
 }

@@ -62,6 +62,40 @@ pub fn away_jobs_of<K: Workload>(ctx: &Context, o: &Object, away: &str) -> Vec<J
         .collect()
 }
 
+/// The object's Jobs read live (and those run from `away`): a finished Job
+/// is settled from what the API server says, never from a watched copy
+/// that may not show it bookkept yet (it would be counted twice).
+pub async fn live_jobs_of<K: Workload>(
+    ctx: &Context,
+    o: &Object,
+    away: Option<&str>,
+) -> Result<Vec<Job>, Error> {
+    let list = |ns: &str, selector: String| {
+        let api = Api::<Job>::namespaced(ctx.client.clone(), ns);
+        async move {
+            api.list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(Error::Kube)
+        }
+    };
+    let kind = K::KIND.kind();
+    let own = format!(
+        "{OWNER_KIND_LABEL}={kind},{OWNER_NAME_LABEL}={}",
+        names::label_value(&o.name)
+    );
+    let mut jobs: Vec<Job> = list(&o.namespace, own)
+        .await?
+        .items
+        .into_iter()
+        .filter(|j| j.owner_references().iter().any(|r| r.uid == o.uid))
+        .collect();
+    if let Some(away) = away {
+        let by_uid = format!("{OWNER_KIND_LABEL}={kind},{OWNER_UID_LABEL}={}", o.uid);
+        jobs.extend(list(away, by_uid).await?.items);
+    }
+    Ok(jobs)
+}
+
 /// The runner container's end, and the image ID its pod reported: from
 /// the watched pods, else (the pod's last change not seen yet) read live.
 pub async fn terminated(

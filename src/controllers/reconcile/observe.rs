@@ -96,6 +96,10 @@ pub async fn observe<K: Workload>(
     if let Some(away) = away {
         jobs.extend(cached::away_jobs_of::<K>(ctx, o, away));
     }
+    // A Job to settle: the Jobs as the API server has them now.
+    if !ledger::ledger(&jobs).unsettled.is_empty() {
+        jobs = cached::live_jobs_of::<K>(ctx, o, away).await?;
+    }
     let ledger = ledger::ledger(&jobs);
     let mut terminations = BTreeMap::new();
     let mut image_ids = BTreeMap::new();

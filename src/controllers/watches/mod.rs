@@ -294,6 +294,7 @@ impl Builder {
         K: kube::Resource + Clone + Send + Sync + 'static,
         K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
     {
+        let kind = K::kind(&Default::default()).into_owned();
         let (reader, writer) = reflector::store();
         // Nothing reads the managed fields: they are not kept.
         let events = events
@@ -310,7 +311,7 @@ impl Builder {
                         | watcher::Event::Delete(o),
                     ) => wake(&o),
                     Ok(_) => {}
-                    Err(e) => warn!("watch: {e}"),
+                    Err(e) => warn!(kind, "watch: {e}"),
                 }
             }
         }));

@@ -233,8 +233,11 @@ pub async fn install_runner_role(client: &kube::Client) {
         .expect("applying the runner ClusterRole");
 }
 
-/// Installs the CRDs generated from the API types and waits until they serve.
+/// Installs the CRDs a manager needs: CAPTF's, and Cluster API's (its
+/// watches of Clusters, Machines and MachinePools must list before any
+/// pass runs), and waits until they serve.
 pub async fn install_crds(client: &kube::Client) {
+    crate::capi::install_crds(client).await;
     let api = Api::<CustomResourceDefinition>::all(client.clone());
     let params = PatchParams::apply("captf-testkit").force();
     let crds = captf::api::crds();

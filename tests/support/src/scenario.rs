@@ -912,10 +912,9 @@ pub async fn put_lock(env: &Env, machine: &str, who: &str) -> Lease {
                 "app.terraform.io/lock-info".to_string(),
                 info.to_string(),
             )])),
-            labels: Some(BTreeMap::from([(
-                "app.kubernetes.io/managed-by".to_string(),
-                "terraform".to_string(),
-            )])),
+            // The backend labels every lock Lease it creates as it labels
+            // the state Secrets.
+            labels: Some(state_labels(&suffix)),
             ..Default::default()
         },
         spec: Some(LeaseSpec {
