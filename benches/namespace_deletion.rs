@@ -98,20 +98,6 @@ async fn first_job(client: &kube::Client, prefix: &str) -> Duration {
     }
 }
 
-/// `VmRSS` and `VmHWM` of `pid`, in MiB.
-fn memory(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|kb| kb.parse::<u64>().ok())
-            .map_or(0, |kb| kb / 1024)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 #[tokio::main]
 async fn main() {
     if !std::env::args().any(|a| a == "--bench") {
@@ -150,7 +136,7 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let ready = created.elapsed();
-    let (rss_before, _) = memory(manager.pid());
+    let rss_before = manager.usage().rss_kib / 1024;
 
     let namespaces = Api::<Namespace>::all(client.clone());
     let deleting = Instant::now();
@@ -167,7 +153,8 @@ async fn main() {
     }
     let gone = deleting.elapsed();
     let busy = busy.await.unwrap();
-    let (rss_after, peak) = memory(manager.pid());
+    let usage = manager.usage();
+    let (rss_after, peak) = (usage.rss_kib / 1024, usage.peak_kib / 1024);
     println!(
         "namespace deletion, {n} never-applied TerraformMachines, one manager (debug build unless --release)"
     );

@@ -37,7 +37,7 @@ use captf::api::{
     TerraformMachineSpec, WorkspaceSpec,
 };
 use captf::names::{self, Kind};
-use captf_testkit::manager::{Manager, install_crds, install_runner_role};
+use captf_testkit::manager::{Manager, install_crds, install_runner_role, metric_total};
 use captf_testkit::scenario::{gzip, labels, noop, state_labels};
 use captf_testkit::{controlplane, namespace};
 use futures::StreamExt;
@@ -110,8 +110,8 @@ fn state(serial: u64, resources: usize, seed: u64) -> Vec<u8> {
 
 /// 50 to 200 KiB compressed, by object.
 fn resources_of(i: usize) -> usize {
-    // About 0.5 KiB compressed per resource.
-    100 + (i * 37) % 300
+    // About 0.19 KiB compressed per resource.
+    260 + (i * 37) % 780
 }
 
 async fn put_state(
@@ -185,42 +185,6 @@ fn delta(
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
         .filter(|(_, d)| *d > 0.0)
         .collect()
-}
-
-/// `VmRSS`, `VmHWM` in KiB, and user+system CPU seconds of `pid`.
-fn process(pid: u32) -> (u64, u64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|kb| kb.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name, which may hold spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r.split_whitespace().collect())
-        .unwrap_or_default();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    // utime and stime are fields 14 and 15; 11 and 12 after the name.
-    let cpu = (ticks(11) + ticks(12)) / 100.0;
-    (field("VmRSS:"), field("VmHWM:"), cpu)
-}
-
-fn manager_total(scrape: &str, family: &str) -> f64 {
-    scrape
-        .lines()
-        .filter(|l| l.starts_with(&format!("{family}{{")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 fn observed(status: Option<&captf::api::WorkspaceStatus>) -> Option<i64> {
@@ -366,20 +330,22 @@ async fn main() {
 
     let requests_before = api_requests(&client).await;
     let scrape_before = manager.metrics().await;
-    let (rss_first, _, cpu_before) = process(manager.pid());
+    let first = manager.usage();
+    let (rss_first, cpu_before) = (first.rss_kib, first.cpu_seconds);
     let mut rss = vec![rss_first];
     let rest_started = Instant::now();
     while rest_started.elapsed() < window {
         tokio::time::sleep(Duration::from_secs(o.sync_period)).await;
-        rss.push(process(manager.pid()).0);
+        rss.push(manager.usage().rss_kib);
     }
-    let (rss_last, _, cpu_after) = process(manager.pid());
+    let last = manager.usage();
+    let (rss_last, cpu_after) = (last.rss_kib, last.cpu_seconds);
     let at_rest = delta(&api_requests(&client).await, &requests_before);
     let scrape_after = manager.metrics().await;
-    let passes = manager_total(&scrape_after, "controller_runtime_reconcile_total")
-        - manager_total(&scrape_before, "controller_runtime_reconcile_total");
-    let client_requests = manager_total(&scrape_after, "rest_client_requests_total")
-        - manager_total(&scrape_before, "rest_client_requests_total");
+    let passes = metric_total(&scrape_after, "controller_runtime_reconcile_total")
+        - metric_total(&scrape_before, "controller_runtime_reconcile_total");
+    let client_requests = metric_total(&scrape_after, "rest_client_requests_total")
+        - metric_total(&scrape_before, "rest_client_requests_total");
 
     // A new serial in twenty states, to their objects' status.
     let mut latencies = Vec::new();
@@ -406,12 +372,12 @@ async fn main() {
         }
     }
     latencies.sort();
-    let (_, peak, _) = process(manager.pid());
+    let peak = manager.usage().peak_kib;
 
     let n = objects.len() as f64;
     let resyncs = o.resyncs as f64;
     println!(
-        "scale at rest: {} TerraformMachines and {clusters_n} TerraformClusters, --sync-period={}s, {} resyncs (debug build unless --release)",
+        "scale at rest: {} TerraformMachines and {clusters_n} TerraformClusters, --sync-period={}s, {} resyncs (the manager as cargo bench builds it)",
         o.objects, o.sync_period, o.resyncs
     );
     println!(
@@ -449,12 +415,12 @@ async fn main() {
     );
     let growth = (rss_last as f64 - rss_first as f64) / 1024.0 / resyncs;
     println!(
-        "  manager RSS at rest: {} MiB first, {} MiB last ({growth:+.2} MiB per resync), samples {:?} MiB; peak {} MiB against a budget of {} MiB (64 + twice the largest state)",
+        "  manager RSS at rest: {} MiB first, {} MiB last ({growth:+.2} MiB per resync), samples {:?} MiB; peak {} MiB against a budget of {:.1} MiB (64 + twice the largest state)",
         rss_first / 1024,
         rss_last / 1024,
         rss.iter().map(|k| k / 1024).collect::<Vec<_>>(),
         peak / 1024,
-        64 + 2 * largest / (1024 * 1024)
+        64.0 + 2.0 * largest as f64 / (1024.0 * 1024.0)
     );
     let cpu = cpu_after - cpu_before;
     println!(

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use captf::api::TerraformMachine;
 use captf::names::Kind;
+use captf_testkit::manager::metric_total;
 use captf_testkit::scenario::{
     NOOP, applied, big_state, condition, many_machines, put_state, setup, vars, within,
 };
@@ -93,15 +94,6 @@ async fn a_pass_costs_a_fixed_number_of_requests() {
     }
 }
 
-/// The sum of the series of `family` in a scrape.
-fn total(scrape: &str, family: &str) -> f64 {
-    scrape
-        .lines()
-        .filter(|l| l.starts_with(&format!("{family}{{")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// The request budget at rest, pinned at small N (the scale run of `make
 /// bench` measures it at 2,000 objects): fifty machines that can never be
 /// applied (their identity does not allow the namespace), ten of them with
@@ -157,10 +149,10 @@ async fn a_resync_of_fifty_objects_at_rest_makes_at_most_five_requests() {
     let before = env.manager.metrics().await;
     tokio::time::sleep(Duration::from_secs(2 * PERIOD)).await;
     let after = env.manager.metrics().await;
-    let passes = total(&after, "controller_runtime_reconcile_total")
-        - total(&before, "controller_runtime_reconcile_total");
-    let requests =
-        total(&after, "rest_client_requests_total") - total(&before, "rest_client_requests_total");
+    let passes = metric_total(&after, "controller_runtime_reconcile_total")
+        - metric_total(&before, "controller_runtime_reconcile_total");
+    let requests = metric_total(&after, "rest_client_requests_total")
+        - metric_total(&before, "rest_client_requests_total");
     println!("{passes} passes, {requests} requests over two resyncs");
     assert!(passes >= 50.0, "only {passes} passes in two resyncs");
     assert!(

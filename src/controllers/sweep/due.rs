@@ -19,8 +19,15 @@ fn label<'a>(o: &'a impl Resource, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-fn namespace_of(o: &impl Resource) -> Option<String> {
-    o.meta().namespace.clone()
+/// Not kept in the manager's namespace for another namespace's objects.
+fn ours(o: &impl Resource) -> bool {
+    label(o, OWNER_NAMESPACE_LABEL).is_none()
+}
+
+fn namespaces<K: Resource>(objects: Vec<std::sync::Arc<K>>) -> impl Iterator<Item = String> {
+    objects
+        .into_iter()
+        .filter_map(|o| o.meta().namespace.clone())
 }
 
 /// The namespaces (within `scope`) where a sweep would change something,
@@ -35,34 +42,14 @@ pub fn due(
     // (not those kept in the manager's namespace for another's objects),
     // protected Secrets, and what destroys left in the manager's namespace.
     let mut found: BTreeSet<String> = BTreeSet::new();
-    found.extend(
-        watches
-            .accounts
-            .filter(|a| label(a, OWNER_NAMESPACE_LABEL).is_none())
-            .iter()
-            .filter_map(|a| namespace_of(a.as_ref())),
-    );
-    found.extend(
-        watches
-            .bindings
-            .filter(|b| label(b, OWNER_NAMESPACE_LABEL).is_none())
-            .iter()
-            .filter_map(|b| namespace_of(b.as_ref())),
-    );
-    found.extend(
-        watches
-            .leases
-            .filter(|l| label(l, OWNER_NAMESPACE_LABEL).is_none())
-            .iter()
-            .filter_map(|l| namespace_of(l.as_ref())),
-    );
-    found.extend(
+    found.extend(namespaces(watches.accounts.filter(ours)));
+    found.extend(namespaces(watches.bindings.filter(ours)));
+    found.extend(namespaces(watches.leases.filter(ours)));
+    found.extend(namespaces(
         watches
             .managed_secrets
-            .filter(|s| label(s, PROTECTED_LABEL) == Some("true"))
-            .iter()
-            .filter_map(|s| namespace_of(s.as_ref())),
-    );
+            .filter(|s| label(s, PROTECTED_LABEL) == Some("true")),
+    ));
     let mut leftovers: BTreeSet<String> = BTreeSet::new();
     if let Some(away) = away {
         let in_away = |ns: Option<&str>| ns == Some(away);

@@ -254,7 +254,8 @@ impl Builder {
         Scoped(stores)
     }
 
-    /// A metadata-only watch in each namespace scope.
+    /// A metadata-only watch in each namespace scope (an
+    /// `Api<PartialObjectMeta<K>>` asks for metadata only).
     fn meta<K>(
         &mut self,
         scope: &Scope,
@@ -270,17 +271,7 @@ impl Builder {
             + Sync
             + 'static,
     {
-        let stores = scope
-            .namespaces()
-            .into_iter()
-            .map(|ns| {
-                self.spawn(
-                    watcher::watcher(scope.api::<PartialObjectMeta<K>>(ns), config.clone()),
-                    wake.clone(),
-                )
-            })
-            .collect();
-        Scoped(stores)
+        self.full(scope, config, wake)
     }
 
     /// Reflects `events` into a store; each change, once in the store,

@@ -86,6 +86,39 @@ impl Manager {
     }
 
     /// The manager's process id.
+    /// The process's resident set now and at its peak, and the CPU it
+    /// has used, from /proc.
+    pub fn usage(&self) -> Usage {
+        let pid = self.pid();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|kb| kb.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The fields after the command name, which may hold spaces: utime
+        // and stime are the 12th and 13th, in clock ticks (100 a second).
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r.split_whitespace().collect())
+            .unwrap_or_default();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        Usage {
+            rss_kib: kib("VmRSS:"),
+            peak_kib: kib("VmHWM:"),
+            cpu_seconds: (ticks(11) + ticks(12)) / 100.0,
+        }
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -336,4 +369,21 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
         .nth(1)
         .filter(|code| *code == "200")?;
     Some(body.to_string())
+}
+
+/// What a process used, from /proc.
+#[derive(Clone, Copy, Debug)]
+pub struct Usage {
+    pub rss_kib: u64,
+    pub peak_kib: u64,
+    pub cpu_seconds: f64,
+}
+
+/// The sum of the series of `family` in a Prometheus scrape.
+pub fn metric_total(scrape: &str, family: &str) -> f64 {
+    scrape
+        .lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
