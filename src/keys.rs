@@ -107,6 +107,11 @@ pub const BACKUP_CHUNKS: &str = "captf.io/state-backup-chunks";
 /// The lock info on the state lock Lease.
 pub const LOCK_INFO: &str = "app.terraform.io/lock-info";
 
+// Kubernetes'.
+
+/// The label Kubernetes puts on a Job's pods.
+pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+
 // Cluster API's and clusterctl's (ref §2.3).
 
 /// The Cluster API cluster an object belongs to (or its hash when it does

@@ -70,11 +70,14 @@ pub fn label_selector(suffix: &str) -> String {
     labels(suffix).map(|(k, v)| format!("{k}={v}")).join(",")
 }
 
+/// The backend's label of a state Secret's suffix.
+pub const SUFFIX_LABEL: &str = "tfstateSecretSuffix";
+
 /// The labels the backend puts on the state Secrets of `suffix`.
 pub fn labels(suffix: &str) -> [(&'static str, String); 3] {
     [
         ("tfstate", "true".to_owned()),
-        ("tfstateSecretSuffix", suffix.to_owned()),
+        (SUFFIX_LABEL, suffix.to_owned()),
         ("tfstateWorkspace", "default".to_owned()),
     ]
 }

@@ -16,12 +16,12 @@ use crate::backups::{self, Listed};
 use crate::controllers::watches::{Versions, key};
 use crate::controllers::workload::Workload;
 use crate::controllers::{Context, Error};
-use crate::keys::{OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_UID_LABEL};
+use crate::keys::{
+    BACKUP_SUFFIX_LABEL, JOB_NAME_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_UID_LABEL,
+};
 use crate::locks::{self, Assessment, PodFact, Verdict};
 use crate::names::{self, Kind};
 use crate::state::{self, Snapshot};
-
-const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
 
 fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
     meta.labels
@@ -33,16 +33,14 @@ fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
 /// The Jobs of this object: its owner labels, and an owner reference to
 /// this very object (a same-named object created later has another UID).
 pub fn jobs_of<K: Workload>(ctx: &Context, o: &Object) -> Vec<Job> {
-    let name = names::label_value(&o.name);
     ctx.watches
         .jobs
+        .labelled(&o.namespace, OWNER_NAME_LABEL, &names::label_value(&o.name))
+        .into_iter()
         .filter(|j| {
-            j.metadata.namespace.as_deref() == Some(o.namespace.as_str())
-                && label(&j.metadata, OWNER_KIND_LABEL) == Some(K::KIND.kind())
-                && label(&j.metadata, OWNER_NAME_LABEL) == Some(name.as_str())
+            label(&j.metadata, OWNER_KIND_LABEL) == Some(K::KIND.kind())
                 && j.owner_references().iter().any(|r| r.uid == o.uid)
         })
-        .into_iter()
         .map(|j| (*j).clone())
         .collect()
 }
@@ -103,10 +101,7 @@ pub async fn terminated(
     ns: &str,
     job: &str,
 ) -> Result<(Option<ContainerStateTerminated>, Option<String>), Error> {
-    let seen = ctx.watches.pods.filter(|p| {
-        p.metadata.namespace.as_deref() == Some(ns)
-            && label(&p.metadata, JOB_NAME_LABEL) == Some(job)
-    });
+    let seen = ctx.watches.pods.labelled(ns, JOB_NAME_LABEL, job);
     if let Some(end) = seen.iter().find_map(|p| runner_end(p)) {
         return Ok(end);
     }
@@ -168,12 +163,17 @@ pub async fn state(
     reuse: impl Fn(&Snapshot) -> bool,
 ) -> Result<Arc<Snapshot>, Error> {
     let selector = state::labels(suffix);
-    let seen = ctx.watches.state_secrets.filter(|s| {
-        s.metadata.namespace.as_deref() == Some(ns)
-            && selector
+    let seen: Vec<_> = ctx
+        .watches
+        .state_secrets
+        .labelled(ns, state::SUFFIX_LABEL, suffix)
+        .into_iter()
+        .filter(|s| {
+            selector
                 .iter()
                 .all(|(k, v)| label(&s.metadata, k) == Some(v.as_str()))
-    });
+        })
+        .collect();
     let versions = Versions::of(seen.iter().map(|s| &s.metadata));
     let key = key(ns, suffix);
     let cache = &ctx.watches.derived.states;
@@ -195,10 +195,10 @@ pub async fn state(
 /// The object's backups: the sets as judged when their Secrets were last
 /// read, while the Secrets keep their resourceVersions.
 pub async fn backups(ctx: &Context, ns: &str, suffix: &str) -> Result<Arc<Listed>, Error> {
-    let seen = ctx.watches.managed_secrets.filter(|s| {
-        s.metadata.namespace.as_deref() == Some(ns)
-            && label(&s.metadata, crate::keys::BACKUP_SUFFIX_LABEL) == Some(suffix)
-    });
+    let seen = ctx
+        .watches
+        .managed_secrets
+        .labelled(ns, BACKUP_SUFFIX_LABEL, suffix);
     let versions = Versions::of(seen.iter().map(|s| &s.metadata));
     if versions.is_empty() {
         return Ok(Arc::new(Listed::default()));

@@ -13,6 +13,7 @@
 //! woke it.
 
 mod derived;
+mod index;
 mod sources;
 mod wake;
 mod workloads;
@@ -36,36 +37,65 @@ use tracing::warn;
 
 use crate::api::{TerraformCluster, TerraformClusterIdentity};
 use crate::capi::objects::{Cluster, Machine, MachinePool};
-use crate::keys::{MANAGED_LABEL, VARIABLES_LABEL};
+use crate::keys::{
+    BACKUP_SUFFIX_LABEL, JOB_NAME_LABEL, MANAGED_LABEL, OWNER_NAME_LABEL, VARIABLES_LABEL,
+};
+use crate::state;
 
 pub use derived::{Derived, Versions, key};
+use index::Index;
 pub use sources::Sources;
 pub use wake::{Target, Wake};
 pub use workloads::{Feed, View, Workloads, view};
 
 /// One kind's stores: one per namespace scope watched (the objects'
 /// namespaces, and the manager's own when destroys run there and it is not
-/// among them).
-pub struct Scoped<K: Lookup + Clone + 'static>(Vec<Store<K>>)
+/// among them), and the index of one label when the watch keeps one.
+pub struct Scoped<K: Lookup + Clone + 'static>
 where
-    K::DynamicType: Eq + Hash + Clone;
+    K::DynamicType: Eq + Hash + Clone,
+{
+    stores: Vec<Store<K>>,
+    index: Option<Arc<Index>>,
+}
 
 impl<K> Scoped<K>
 where
-    K: Lookup + Clone + 'static,
-    K::DynamicType: Eq + Hash + Clone + Default,
+    K: kube::Resource + Lookup + Clone + 'static,
+    <K as Lookup>::DynamicType: Eq + Hash + Clone + Default,
 {
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
         let key = ObjectRef::new_with(name, Default::default()).within(namespace);
-        self.0.iter().find_map(|s| s.get(&key))
+        self.stores.iter().find_map(|s| s.get(&key))
     }
 
     pub fn filter(&self, keep: impl Fn(&K) -> bool) -> Vec<Arc<K>> {
-        self.0
+        self.stores
             .iter()
             .flat_map(Store::state)
             .filter(|o| keep(o))
             .collect()
+    }
+
+    /// The objects of `namespace` whose indexed label (`label`) is `value`:
+    /// from the index when the watch keeps one for that label.
+    pub fn labelled(&self, namespace: &str, label: &str, value: &str) -> Vec<Arc<K>> {
+        let carries = |o: &K| {
+            o.meta()
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(label))
+                .is_some_and(|v| v == value)
+        };
+        match self.index.as_ref().filter(|i| i.label == label) {
+            Some(index) => index
+                .lookup(namespace, value)
+                .iter()
+                .filter_map(|name| self.get(namespace, name))
+                .filter(|o| carries(o))
+                .collect(),
+            None => self.filter(|o| o.meta().namespace.as_deref() == Some(namespace) && carries(o)),
+        }
     }
 }
 
@@ -162,15 +192,23 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
     let variables = || watcher::Config::default().labels(&format!("{VARIABLES_LABEL}=true"));
     let all = watcher::Config::default;
 
-    let jobs = b.full(scope, managed(), wake.by_owner_labels());
-    let pods = b.full(scope, managed(), wake.by_owner_labels());
+    let jobs = b
+        .by(OWNER_NAME_LABEL)
+        .full(scope, managed(), wake.by_owner_labels());
+    let pods = b
+        .by(JOB_NAME_LABEL)
+        .full(scope, managed(), wake.by_owner_labels());
     let lock_leases = b.full(scope, tfstate(), wake.by_owner_labels());
     // The cluster write lease wakes the machines and pools waiting on it.
     let leases = b.meta(scope, managed(), wake.of_cluster_lease());
     let accounts = b.meta(scope, managed(), |_: &PartialObjectMeta<_>| {});
     let bindings = b.full(scope, managed(), |_: &RoleBinding| {});
-    let state_secrets = b.meta(scope, tfstate(), wake.by_owner_labels());
-    let managed_secrets = b.meta(scope, managed(), wake.by_owner_labels());
+    let state_secrets = b
+        .by(state::SUFFIX_LABEL)
+        .meta(scope, tfstate(), wake.by_owner_labels());
+    let managed_secrets = b
+        .by(BACKUP_SUFFIX_LABEL)
+        .meta(scope, managed(), wake.by_owner_labels());
     let variables_config_maps = b.full(scope, variables(), wake.of_variables());
     let variables_secrets = b.full(scope, variables(), wake.of_variables());
     let clusters = b.full(scope, all(), wake.of_cluster());
@@ -185,6 +223,7 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
             Api::<PartialObjectMeta<Namespace>>::all(scope.client.clone()),
             namespace_config,
         ),
+        None,
         |_: &PartialObjectMeta<Namespace>| {},
     );
     let identities = b.spawn(
@@ -192,6 +231,7 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
             Api::<TerraformClusterIdentity>::all(scope.client.clone()),
             all(),
         ),
+        None,
         |_: &TerraformClusterIdentity| {},
     );
     Watches {
@@ -222,9 +262,17 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
 struct Builder {
     tasks: Vec<JoinHandle<()>>,
     synced: Vec<Box<dyn Fn() -> bool + Send + Sync>>,
+    /// The label the next watch built keeps an index of.
+    index: Option<&'static str>,
 }
 
 impl Builder {
+    /// Has the next watch keep an index of `label`.
+    fn by(&mut self, label: &'static str) -> &mut Self {
+        self.index = Some(label);
+        self
+    }
+
     /// A watch of whole objects in each namespace scope.
     fn full<K>(
         &mut self,
@@ -241,17 +289,19 @@ impl Builder {
             + Sync
             + 'static,
     {
+        let index = self.index.take().map(|l| Arc::new(Index::new(l)));
         let stores = scope
             .namespaces()
             .into_iter()
             .map(|ns| {
                 self.spawn(
                     watcher::watcher(scope.api::<K>(ns), config.clone()),
+                    index.clone(),
                     wake.clone(),
                 )
             })
             .collect();
-        Scoped(stores)
+        Scoped { stores, index }
     }
 
     /// A metadata-only watch in each namespace scope (an
@@ -274,11 +324,12 @@ impl Builder {
         self.full(scope, config, wake)
     }
 
-    /// Reflects `events` into a store; each change, once in the store,
-    /// goes to `wake`.
+    /// Reflects `events` into a store (and `index`); each change, once in
+    /// the store, goes to `wake`.
     fn spawn<K>(
         &mut self,
         events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
+        index: Option<Arc<Index>>,
         wake: impl Fn(&K) + Send + 'static,
     ) -> Store<K>
     where
@@ -296,11 +347,18 @@ impl Builder {
             let mut reflected = std::pin::pin!(reflected);
             while let Some(event) = reflected.next().await {
                 match event {
-                    Ok(
-                        watcher::Event::Apply(o)
-                        | watcher::Event::InitApply(o)
-                        | watcher::Event::Delete(o),
-                    ) => wake(&o),
+                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                        if let Some(index) = &index {
+                            index.update(o.meta(), false);
+                        }
+                        wake(&o);
+                    }
+                    Ok(watcher::Event::Delete(o)) => {
+                        if let Some(index) = &index {
+                            index.update(o.meta(), true);
+                        }
+                        wake(&o);
+                    }
                     Ok(_) => {}
                     Err(e) => warn!(kind, "watch: {e}"),
                 }
