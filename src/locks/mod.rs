@@ -1,8 +1,9 @@
 //! The backend's state lock and the stale-lock decision (book:
 //! state-lock-and-stale-locks.md). A held lock is stale only when its lock
 //! info parses, the hostname of its `Who` is a pod of this object's own
-//! runner Jobs, and that pod, read live, is gone or has reached a terminal
-//! phase. Every other holder is left alone: unlocking a lock someone else
+//! runner Jobs, and that pod is gone or has reached a terminal phase (as
+//! the API server says, or as the pod watch saw it end: an ended pod never
+//! runs again). Every other holder is left alone: unlocking a lock someone else
 //! holds can corrupt a user's infrastructure.
 //!
 //! The decision is pure ([`assess`], then [`OwnHold::verdict`]); [`inspect`]
@@ -259,8 +260,9 @@ impl Categorized for LockError {
 }
 
 /// Reads the object's state lock Lease and, only when its holder is one of
-/// the object's own runner pods, that pod, both live from the API server
-/// (never from a cache: a stale cache could call a running pod gone).
+/// the object's own runner pods, that pod, both live from the API server:
+/// what a pass reads when the watches never saw the pod (a stale copy
+/// could call a running pod gone).
 /// `away` is where else the object's runner pods may be: the manager's
 /// namespace, once destroys run from there ([`crate::jobs::away`]). A pod
 /// found in neither is gone.
