@@ -200,15 +200,15 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
         .full(scope, managed(), wake.by_owner_labels());
     let lock_leases = b.full(scope, tfstate(), wake.by_owner_labels());
     // The cluster write lease wakes the machines and pools waiting on it.
-    let leases = b.meta(scope, managed(), wake.of_cluster_lease());
-    let accounts = b.meta(scope, managed(), |_: &PartialObjectMeta<_>| {});
+    let leases = b.full(scope, managed(), wake.of_cluster_lease());
+    let accounts = b.full(scope, managed(), |_: &PartialObjectMeta<_>| {});
     let bindings = b.full(scope, managed(), |_: &RoleBinding| {});
     let state_secrets = b
         .by(state::SUFFIX_LABEL)
-        .meta(scope, tfstate(), wake.by_owner_labels());
+        .full(scope, tfstate(), wake.by_owner_labels());
     let managed_secrets = b
         .by(BACKUP_SUFFIX_LABEL)
-        .meta(scope, managed(), wake.by_owner_labels());
+        .full(scope, managed(), wake.by_owner_labels());
     let variables_config_maps = b.full(scope, variables(), wake.of_variables());
     let variables_secrets = b.full(scope, variables(), wake.of_variables());
     let clusters = b.full(scope, all(), wake.of_cluster());
@@ -273,7 +273,8 @@ impl Builder {
         self
     }
 
-    /// A watch of whole objects in each namespace scope.
+    /// A watch in each namespace scope: of whole objects, or of metadata
+    /// only when `K` is a `PartialObjectMeta` (its `Api` asks for no more).
     fn full<K>(
         &mut self,
         scope: &Scope,
@@ -302,26 +303,6 @@ impl Builder {
             })
             .collect();
         Scoped { stores, index }
-    }
-
-    /// A metadata-only watch in each namespace scope (an
-    /// `Api<PartialObjectMeta<K>>` asks for metadata only).
-    fn meta<K>(
-        &mut self,
-        scope: &Scope,
-        config: watcher::Config,
-        wake: impl Fn(&PartialObjectMeta<K>) + Clone + Send + 'static,
-    ) -> Scoped<PartialObjectMeta<K>>
-    where
-        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
-    {
-        self.full(scope, config, wake)
     }
 
     /// Reflects `events` into a store (and `index`); each change, once in
