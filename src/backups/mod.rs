@@ -251,8 +251,10 @@ pub struct Listed {
 impl Listed {
     pub fn of(mut secrets: Vec<Secret>, suffix: &str) -> Listed {
         let infos = list(&secrets, suffix);
+        // Kept between passes: only what the decisions read.
         for secret in &mut secrets {
             secret.data = None;
+            secret.metadata.managed_fields = None;
         }
         Listed { secrets, infos }
     }

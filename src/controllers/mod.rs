@@ -15,6 +15,7 @@ pub mod figures;
 pub mod history;
 pub mod ledger;
 mod reconcile;
+pub mod recorder;
 pub mod remediation;
 pub mod schedule;
 pub mod sweep;
@@ -26,7 +27,9 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
+
+use self::recorder::Recorder;
 use kube::runtime::watcher;
 use tracing::{debug, info, warn};
 

@@ -36,6 +36,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
 
 use crate::error::{Categorized, Category, kube_category};
@@ -402,8 +403,8 @@ impl Snapshot {
         }
     }
 
-    /// The same snapshot without the Secrets' data: what is kept between
-    /// passes.
+    /// The same snapshot without the Secrets' data and managed fields: what
+    /// is kept between passes.
     pub fn without_data(&self) -> Snapshot {
         Snapshot {
             readable: self.readable.clone(),
@@ -411,7 +412,10 @@ impl Snapshot {
                 .secrets
                 .iter()
                 .map(|s| Secret {
-                    metadata: s.metadata.clone(),
+                    metadata: ObjectMeta {
+                        managed_fields: None,
+                        ..s.metadata.clone()
+                    },
                     ..Secret::default()
                 })
                 .collect(),

@@ -233,7 +233,10 @@ pub async fn durable<K: Workload>(ctx: &Context, o: &Object) -> Result<Option<Ar
         .get_opt(&name)
         .await
         .map_err(Error::Kube)?
-        .map(Arc::new);
+        .map(|mut secret| {
+            secret.metadata.managed_fields = None;
+            Arc::new(secret)
+        });
     if let Some(read) = &read {
         cache.put(&key, Versions::of([&read.metadata]), read.clone());
     }
