@@ -27,8 +27,9 @@ test: platform runner
 	$(CARGO) build --workspace --benches
 	$(CARGO) test --workspace
 
-bench: platform
-	$(CARGO) bench --workspace
+# Every benchmark, then one table of figures and goals (hack/bench.sh).
+bench: platform runner
+	hack/bench.sh
 
 # clusterctl's release artifacts in out/: infrastructure-components.yaml,
 # metadata.yaml and cluster-template.yaml (README "Installing with clusterctl").

@@ -437,5 +437,35 @@ async fn main() {
             latencies.len()
         );
     }
+    // The rows of `make bench`'s table.
+    println!(
+        "| scale ({} objects) | API requests per object per resync, the manager's | {:.4} | ≤ 0.1 |",
+        objects.len(),
+        (total - total_alone).max(0.0) / n / resyncs
+    );
+    println!(
+        "| scale ({} objects) | manager RSS at rest, last (peak) | {} MiB ({} MiB) | ≤ {:.1} MiB |",
+        objects.len(),
+        rss_last / 1024,
+        peak / 1024,
+        64.0 + 2.0 * largest as f64 / (1024.0 * 1024.0)
+    );
+    println!(
+        "| scale ({} objects) | RSS growth per resync at rest | {growth:+.2} MiB | 0 |",
+        objects.len()
+    );
+    println!(
+        "| scale ({} objects) | CPU for a resync of every object | {:.2} s | < 30 s |",
+        objects.len(),
+        cpu / resyncs
+    );
+    if let (Some(p50), Some(max)) = (latencies.get(latencies.len() / 2), latencies.last()) {
+        println!(
+            "| scale ({} objects) | state change to status, p50 (max) | {:.0} ms ({:.0} ms) | < 2000 ms |",
+            objects.len(),
+            p50.as_secs_f64() * 1000.0,
+            max.as_secs_f64() * 1000.0
+        );
+    }
     manager.stop();
 }

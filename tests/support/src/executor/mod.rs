@@ -41,6 +41,7 @@ use captf::error::{Categorized, Category, kube_category};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
+use tokio::sync::Semaphore;
 use tokio::sync::watch::{Receiver, Sender};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -101,6 +102,8 @@ struct Shared {
     log: Mutex<Option<fs::File>>,
     /// True once the watch has listed the pods.
     synced: Sender<bool>,
+    /// A slot per pod that may run at once (see [`Executor::limit_pods`]).
+    slots: Arc<Semaphore>,
 }
 
 struct Tracked {
@@ -167,6 +170,7 @@ impl Executor {
             runs: Mutex::new(Vec::new()),
             log: Mutex::new(log),
             synced: Sender::new(false),
+            slots: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
         });
         let mut synced = shared.synced.subscribe();
         let watcher = tokio::spawn(watch_pods(shared.clone()));
@@ -188,6 +192,15 @@ impl Executor {
             watcher,
             _dir: dir,
         }
+    }
+
+    /// Runs at most `pods` pods at once, as a node of that capacity would:
+    /// the others stay Pending, unbound, until one ends. Call it before any
+    /// pod runs.
+    pub fn limit_pods(&self, pods: usize) {
+        self.shared
+            .slots
+            .forget_permits(Semaphore::MAX_PERMITS.saturating_sub(pods.max(1)));
     }
 
     /// The root of a pod: its volumes at their mount paths (but the copied

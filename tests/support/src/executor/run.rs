@@ -77,10 +77,17 @@ impl PodRun {
         if spec.and_then(|s| s.node_name.as_ref()).is_some() || finished {
             return;
         }
+        // A full node leaves the pod Pending until a pod ends.
+        let slots = self.shared.slots.clone();
+        let slot = tokio::select! {
+            slot = slots.acquire_owned() => slot,
+            () = self.deleted() => return,
+        };
         if !self.bind().await {
             return;
         }
         let ending = self.execute(&pod).await;
+        drop(slot);
         // The copied runner is most of a pod's root (150 MB in a debug
         // build) and of no use once the pod's containers are over.
         let _ = fs::remove_file(self.root.join("captf/bin/runner"));
@@ -118,6 +125,20 @@ impl PodRun {
                         return false;
                     }
                 }
+            }
+        }
+    }
+
+    /// Returns once the pod is gone or being deleted.
+    async fn deleted(&mut self) {
+        loop {
+            let gone = self
+                .rx
+                .borrow()
+                .as_ref()
+                .is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+            if gone || self.rx.changed().await.is_err() {
+                return;
             }
         }
     }
