@@ -1,7 +1,8 @@
 //! Every AdmissionReview fixture under webhooks/ through the real webhook
 //! router: the request goes in as the API server would send it, and the
 //! response must match the expected one (written by hand in
-//! webhooks/generate.py, from CONTRACT.md).
+//! webhooks/generate.py, from CONTRACT.md). The cap on an object's JSON
+//! values is tested here too, with bodies built in place (3 MB each).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -139,4 +140,71 @@ async fn every_fixture_gets_its_expected_response() {
         requests.len(),
         failures.join("\n")
     );
+}
+
+/// A TerraformCluster whose `spec.variables.list` is `list` (JSON text).
+fn cluster_with_list(list: &str) -> String {
+    format!(
+        r#"{{"apiVersion":"infrastructure.cluster.x-k8s.io/v1alpha1","kind":"TerraformCluster","metadata":{{"name":"c","namespace":"default"}},"spec":{{"source":{{"image":"ghcr.io/x/module:v1"}},"identityRef":{{"name":"id"}},"variables":{{"list":{list}}}}}}}"#
+    )
+}
+
+fn review_of(operation: &str, object: &str, old_object: &str) -> String {
+    format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"u","kind":{{"group":"infrastructure.cluster.x-k8s.io","version":"v1alpha1","kind":"TerraformCluster"}},"resource":{{"group":"infrastructure.cluster.x-k8s.io","version":"v1alpha1","resource":"terraformclusters"}},"name":"c","namespace":"default","operation":"{operation}","userInfo":{{"username":"admin"}},"object":{object},"oldObject":{old_object},"dryRun":false}}}}"#
+    )
+}
+
+/// 3 MB of JSON that would be 48 MB of `serde_json::Value`s: refused before
+/// it is decoded, naming the object that holds it, by both webhooks.
+#[tokio::test]
+async fn an_object_past_the_values_cap_is_refused() {
+    let app = router(Arc::new(Webhooks::offline()));
+    let zeros = format!("[{}]", vec!["0"; 1_500_000].join(","));
+    let (big, small) = (cluster_with_list(&zeros), cluster_with_list("[0]"));
+    let cases = [
+        ("/validate", review_of("CREATE", &big, "null"), "object"),
+        ("/validate", review_of("UPDATE", &small, &big), "oldObject"),
+        ("/mutate", review_of("CREATE", &big, "null"), "object"),
+    ];
+    for (hook, body, field) in cases {
+        assert!(body.len() <= captf::server::webhook::BODY_LIMIT);
+        let response = app
+            .clone()
+            .oneshot(
+                Request::post(hook)
+                    .header("content-type", "application/json")
+                    .body(Body::from(body))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        let review: Value = serde_json::from_slice(&bytes).unwrap();
+        let r = &review["response"];
+        assert_eq!(r["allowed"], false, "{hook} {field}: {r}");
+        assert_eq!(r["status"]["code"], 422);
+        assert_eq!(
+            r["status"]["message"],
+            format!(
+                "{field}: must hold at most 65536 JSON values, a non-empty object counting as 17: the webhook bounds the memory of a request (got more than 65536)"
+            )
+        );
+    }
+
+    // The same list, short enough, is fine.
+    let fine = cluster_with_list(&format!("[{}]", vec!["0"; 60_000].join(",")));
+    let response = app
+        .oneshot(
+            Request::post("/validate")
+                .header("content-type", "application/json")
+                .body(Body::from(review_of("UPDATE", &fine, &fine)))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let review: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(review["response"]["allowed"], true, "{review}");
 }

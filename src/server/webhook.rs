@@ -2,10 +2,19 @@
 //!
 //! This module reads the AdmissionReview, hands its request to an
 //! [`AdmissionHandler`] and answers with the handler's response under the
-//! request's UID, as kube's `admission_controller` example does. The rules
-//! themselves live with the handler. Bodies are limited to 3 MiB and are
-//! never buffered past that limit; a body that is not an `admission.k8s.io/v1`
-//! AdmissionReview gets HTTP 400 with a plain-text reason.
+//! request's UID. The rules themselves live with the handler. What one
+//! request may cost is bounded here:
+//!
+//! - at most [`MAX_IN_FLIGHT`] requests are in the routes at once, counted
+//!   before a body is read; past that a request gets HTTP 429 with
+//!   `Retry-After: 1` at once;
+//! - bodies are limited to [`BODY_LIMIT`] and never buffered past it;
+//! - the envelope is parsed once, borrowing from the body: `object` and
+//!   `oldObject` stay JSON text ([`RawValue`]) until a rule decodes the typed
+//!   object it needs (see [`crate::webhooks::decode`]).
+//!
+//! A body that is not an `admission.k8s.io/v1` AdmissionReview gets HTTP 400
+//! with a plain-text reason.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,22 +22,78 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use kube::core::DynamicObject;
-use kube::core::TypeMeta;
-use kube::core::admission::{
-    AdmissionRequest, AdmissionResponse, AdmissionReview, META_API_VERSION_V1, META_KIND,
-};
+use k8s_openapi::api::authentication::v1::UserInfo;
+use kube::core::admission::{AdmissionResponse, META_API_VERSION_V1, META_KIND, Operation};
+use kube::core::{GroupVersionKind, Status, TypeMeta};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::sync::Semaphore;
 use tracing::debug;
 
 /// The largest request body accepted (CONTRACT). etcd keeps objects under
 /// 1.5 MiB by default, so an UPDATE carrying an object and its old version fits.
 pub const BODY_LIMIT: usize = 3 * 1024 * 1024;
+
+/// The most requests in the webhook routes at once, bodies being read
+/// included. With [`BODY_LIMIT`] and the per-object cap on JSON values
+/// ([`crate::webhooks::decode::MAX_VALUES`]) it bounds the webhook's memory;
+/// the rules take microseconds, so 16 only fill up under a flood.
+pub const MAX_IN_FLIGHT: usize = 16;
+
+/// An AdmissionReview's request as the rules read it. `object` and
+/// `oldObject` are the JSON text of the objects, borrowed from the request
+/// body: a rule decodes the typed object it needs from it, once.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReviewRequest<'a> {
+    pub uid: String,
+    pub kind: GroupVersionKind,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    pub operation: Operation,
+    pub user_info: UserInfo,
+    /// Absent (or null) on DELETE.
+    #[serde(borrow)]
+    pub object: Option<&'a RawValue>,
+    /// Present on UPDATE and DELETE.
+    #[serde(borrow)]
+    pub old_object: Option<&'a RawValue>,
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+impl ReviewRequest<'_> {
+    /// A response that allows this request; `.deny(reason)` or
+    /// `.with_patch(patch)` turn it into the others.
+    pub fn allow(&self) -> AdmissionResponse {
+        // kube builds a response from its own request type or as `invalid`;
+        // with the failure cleared, the latter is the value the former gives.
+        let mut response = AdmissionResponse::invalid("");
+        response.uid = self.uid.clone();
+        response.allowed = true;
+        response.result = Status::default();
+        response
+    }
+}
+
+/// The envelope around the request; the response part of a review is
+/// ignored, as the API server never sends one.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope<'a> {
+    api_version: String,
+    kind: String,
+    #[serde(borrow)]
+    request: Option<ReviewRequest<'a>>,
+}
 
 /// The webhook rules, as the server calls them. One value serves every
 /// request, concurrently.
@@ -36,28 +101,36 @@ pub const BODY_LIMIT: usize = 3 * 1024 * 1024;
 /// Implement it with `async fn`s; each must answer, never fail: a request the
 /// rules cannot judge is denied with a reason. The server copies the
 /// request's UID into the response, so a response built with
-/// `AdmissionResponse::from(request)` (allow), `.deny(reason)` or
-/// `.with_patch(patch)` is all a rule returns.
+/// `request.allow()`, `.deny(reason)` or `.with_patch(patch)` is all a rule
+/// returns.
 pub trait AdmissionHandler: Send + Sync + 'static {
     /// `POST /validate`: allow or deny, with warnings if any.
     fn validate(
         &self,
-        request: &AdmissionRequest<DynamicObject>,
+        request: &ReviewRequest<'_>,
     ) -> impl Future<Output = AdmissionResponse> + Send;
 
     /// `POST /mutate`: allow, with a JSON patch when defaults apply.
-    fn mutate(
-        &self,
-        request: &AdmissionRequest<DynamicObject>,
-    ) -> impl Future<Output = AdmissionResponse> + Send;
+    fn mutate(&self, request: &ReviewRequest<'_>)
+    -> impl Future<Output = AdmissionResponse> + Send;
+}
+
+/// What the routes share: the rules and the in-flight permits.
+struct Shared<H> {
+    handler: Arc<H>,
+    in_flight: Semaphore,
 }
 
 /// The `/validate` and `/mutate` routes over `handler`.
 pub fn router<H: AdmissionHandler>(handler: Arc<H>) -> Router {
+    let shared = Arc::new(Shared {
+        handler,
+        in_flight: Semaphore::new(MAX_IN_FLIGHT),
+    });
     Router::new()
         .route("/validate", post(validate::<H>))
         .route("/mutate", post(mutate::<H>))
-        .with_state(handler)
+        .with_state(shared)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -67,28 +140,36 @@ enum Hook {
 }
 
 async fn validate<H: AdmissionHandler>(
-    State(handler): State<Arc<H>>,
+    State(shared): State<Arc<Shared<H>>>,
     request: Request,
 ) -> Response {
-    admit(Hook::Validate, &*handler, request).await
+    admit(Hook::Validate, &shared, request).await
 }
 
-async fn mutate<H: AdmissionHandler>(State(handler): State<Arc<H>>, request: Request) -> Response {
-    admit(Hook::Mutate, &*handler, request).await
+async fn mutate<H: AdmissionHandler>(
+    State(shared): State<Arc<Shared<H>>>,
+    request: Request,
+) -> Response {
+    admit(Hook::Mutate, &shared, request).await
 }
 
-async fn admit<H: AdmissionHandler>(hook: Hook, handler: &H, request: Request) -> Response {
-    let request = match read_review(request).await {
+async fn admit<H: AdmissionHandler>(hook: Hook, shared: &Shared<H>, request: Request) -> Response {
+    // Taken before the body is read, so that bodies being read count too.
+    let Ok(_permit) = shared.in_flight.try_acquire() else {
+        return refuse(hook, Rejection::Busy);
+    };
+    let body = match read_body(request).await {
+        Ok(body) => body,
+        Err(rejection) => return refuse(hook, rejection),
+    };
+    let request = match parse_review(&body) {
         Ok(request) => request,
-        Err(rejection) => {
-            debug!(?hook, "refused a webhook request: {}", rejection.message());
-            return rejection.into_response();
-        }
+        Err(rejection) => return refuse(hook, rejection),
     };
     let started = Instant::now();
     let mut response = match hook {
-        Hook::Validate => handler.validate(&request).await,
-        Hook::Mutate => handler.mutate(&request).await,
+        Hook::Validate => shared.handler.validate(&request).await,
+        Hook::Mutate => shared.handler.mutate(&request).await,
     };
     // The API server matches the answer to its request by UID and version.
     response.uid = request.uid.clone();
@@ -111,9 +192,15 @@ async fn admit<H: AdmissionHandler>(hook: Hook, handler: &H, request: Request) -
     Json(response.into_review()).into_response()
 }
 
+fn refuse(hook: Hook, rejection: Rejection) -> Response {
+    debug!(?hook, "refused a webhook request: {}", rejection.message());
+    rejection.into_response()
+}
+
 /// Why a body was not handed to the rules.
 #[derive(Debug)]
 enum Rejection {
+    Busy,
     TooLarge,
     Unreadable(String),
     NotAReview(String),
@@ -122,6 +209,9 @@ enum Rejection {
 impl Rejection {
     fn message(&self) -> String {
         match self {
+            Rejection::Busy => {
+                format!("{MAX_IN_FLIGHT} admission requests are already being served; try again")
+            }
             Rejection::TooLarge => format!("request body larger than {BODY_LIMIT} bytes"),
             Rejection::Unreadable(e) => format!("reading the request body: {e}"),
             Rejection::NotAReview(e) => format!("not an admission.k8s.io/v1 AdmissionReview: {e}"),
@@ -132,19 +222,26 @@ impl Rejection {
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
         let status = match self {
+            Rejection::Busy => StatusCode::TOO_MANY_REQUESTS,
             Rejection::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Rejection::Unreadable(_) | Rejection::NotAReview(_) => StatusCode::BAD_REQUEST,
         };
-        (
+        let mut response = (
             status,
             [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
             self.message() + "\n",
         )
-            .into_response()
+            .into_response();
+        if matches!(self, Rejection::Busy) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
     }
 }
 
-async fn read_review(request: Request) -> Result<AdmissionRequest<DynamicObject>, Rejection> {
+async fn read_body(request: Request) -> Result<Bytes, Rejection> {
     // A declared length over the limit is refused before reading a byte.
     let declared = request
         .headers()
@@ -154,24 +251,28 @@ async fn read_review(request: Request) -> Result<AdmissionRequest<DynamicObject>
     if declared.is_some_and(|len| len > BODY_LIMIT as u64) {
         return Err(Rejection::TooLarge);
     }
-    let bytes = read_limited(request.into_body()).await?;
-    let review: AdmissionReview<DynamicObject> =
-        serde_json::from_slice(&bytes).map_err(|e| Rejection::NotAReview(e.to_string()))?;
-    if review.types.api_version != META_API_VERSION_V1 || review.types.kind != META_KIND {
+    read_limited(request.into_body()).await
+}
+
+/// The review's request, borrowing the objects' text from `body`.
+fn parse_review(body: &[u8]) -> Result<ReviewRequest<'_>, Rejection> {
+    let review: Envelope<'_> =
+        serde_json::from_slice(body).map_err(|e| Rejection::NotAReview(e.to_string()))?;
+    if review.api_version != META_API_VERSION_V1 || review.kind != META_KIND {
         return Err(Rejection::NotAReview(format!(
             "got kind {:?} of {:?}",
-            clip(&review.types.kind),
-            clip(&review.types.api_version)
+            clip(&review.kind),
+            clip(&review.api_version)
         )));
     }
     review
-        .try_into()
-        .map_err(|_| Rejection::NotAReview("it has no request".into()))
+        .request
+        .ok_or_else(|| Rejection::NotAReview("it has no request".into()))
 }
 
 /// Reads at most [`BODY_LIMIT`] bytes: a longer body stops being read as soon
 /// as it passes the limit, whatever its declared length.
-async fn read_limited(body: Body) -> Result<axum::body::Bytes, Rejection> {
+async fn read_limited(body: Body) -> Result<Bytes, Rejection> {
     match Limited::new(body, BODY_LIMIT).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(Rejection::TooLarge),
@@ -190,8 +291,8 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::{Context, Poll};
 
-    use axum::body::Bytes;
-    use http_body_util::BodyExt;
+    use kube::core::DynamicObject;
+    use kube::core::admission::AdmissionReview;
     use tower::ServiceExt;
 
     use super::*;
@@ -200,8 +301,8 @@ mod tests {
     struct TestRules;
 
     impl AdmissionHandler for TestRules {
-        async fn validate(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
-            let response = AdmissionResponse::from(request);
+        async fn validate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
+            let response = request.allow();
             if request.name == "forbidden" {
                 response.deny("metadata.name: must not be forbidden (got \"forbidden\")")
             } else {
@@ -209,12 +310,31 @@ mod tests {
             }
         }
 
-        async fn mutate(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+        async fn mutate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
             let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
                 {"op": "add", "path": "/metadata/labels", "value": {"mutated": "yes"}}
             ]))
             .unwrap();
-            AdmissionResponse::from(request).with_patch(patch).unwrap()
+            request.allow().with_patch(patch).unwrap()
+        }
+    }
+
+    /// Allows, once released: each request waits in the rules until the test
+    /// adds a permit to `release`; `entered` gets one per request waiting.
+    struct Held {
+        entered: Semaphore,
+        release: Semaphore,
+    }
+
+    impl AdmissionHandler for Held {
+        async fn validate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
+            self.entered.add_permits(1);
+            self.release.acquire().await.unwrap().forget();
+            request.allow()
+        }
+
+        async fn mutate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
+            self.validate(request).await
         }
     }
 
@@ -394,5 +514,65 @@ mod tests {
         });
         let (status, _) = call("/validate", body, None).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn past_the_in_flight_limit_a_request_gets_429_at_once_unread() {
+        let held = Arc::new(Held {
+            entered: Semaphore::new(0),
+            release: Semaphore::new(0),
+        });
+        let app = router(held.clone());
+        let post = |path: &str, body: Body| {
+            axum::http::Request::post(path)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .unwrap()
+        };
+        let waiting: Vec<_> = (0..MAX_IN_FLIGHT)
+            .map(|i| {
+                let request = post(
+                    "/validate",
+                    review(&format!("u{i}"), "x").to_string().into(),
+                );
+                tokio::spawn(app.clone().oneshot(request))
+            })
+            .collect();
+        let all_in = u32::try_from(MAX_IN_FLIGHT).unwrap();
+        held.entered.acquire_many(all_in).await.unwrap().forget();
+
+        // One more: refused without waiting and without reading its body.
+        let read = Arc::new(AtomicUsize::new(0));
+        let body = Body::new(Counting {
+            left: 1024,
+            read: read.clone(),
+        });
+        let response = tokio::time::timeout(
+            std::time::Duration::from_secs(1),
+            app.clone().oneshot(post("/mutate", body)),
+        )
+        .await
+        .expect("answered at once")
+        .unwrap();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        let text = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(
+            String::from_utf8_lossy(&text).contains("already being served"),
+            "{text:?}"
+        );
+        assert_eq!(read.load(Ordering::SeqCst), 0);
+
+        held.release.add_permits(MAX_IN_FLIGHT);
+        for request in waiting {
+            assert_eq!(request.await.unwrap().unwrap().status(), StatusCode::OK);
+        }
+        // The permits came back.
+        held.release.add_permits(1);
+        let response = app
+            .oneshot(post("/mutate", review("u", "x").to_string().into()))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
     }
 }

@@ -11,95 +11,226 @@
 //! template's spec is immutable, so defaulting it would only make the
 //! ClusterClass controller's dry-run comparison see a difference.
 //!
-//! The patch is computed over the raw JSON so that it adds exactly the
-//! missing fields and nothing else; applying the webhook to its own output
-//! gives an empty patch.
+//! The defaults are computed on the typed object: each default whose field
+//! is unset is set there and added to the patch, so that the patch adds
+//! exactly the missing fields and nothing else, and applying the webhook to
+//! its own output gives an empty patch.
 //!
 //! It is applied on UPDATE too, so an object stored without a default
 //! (created while the webhooks were not registered, or by a version without
-//! it) gets it on its next write. Validation reads both objects through
-//! [`defaulted`], as the API server reads a CRD's schema defaults, so that an
-//! unset field and its default are one value for the immutability rules.
+//! it) gets it on its next write. Validation reads both objects with
+//! [`Defaults::apply_defaults`] applied, as the API server reads a CRD's
+//! schema defaults, so that an unset field and its default are one value for
+//! the immutability rules.
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 
-/// The patch that defaults `object` of `kind`.
-pub fn defaults(kind: &str, object: &Value) -> Vec<PatchOperation> {
-    let mut ops = Vec::new();
-    let Some(spec) = object.get("spec").and_then(Value::as_object) else {
-        return ops;
-    };
-    if !matches!(
-        kind,
-        "TerraformCluster" | "TerraformMachine" | "TerraformMachinePool"
-    ) {
-        return ops;
+use super::decode::{DecodeError, Field, decode};
+use super::rules::Violation;
+use crate::api::{
+    ApplyPolicy, DriftAction, DriftPolicy, ImagePullPolicy, MachinePoolDriftPolicy,
+    TerraformCluster, TerraformClusterIdentity, TerraformClusterTemplate, TerraformMachine,
+    TerraformMachinePool, TerraformMachinePoolTemplate, TerraformMachineTemplate, VariablesFormat,
+    WorkspaceSpec,
+};
+
+/// The defaults of a kind; none for the kinds that are not defaulted.
+pub trait Defaults {
+    /// Sets every default that `self` leaves unset and returns the JSON
+    /// patch that does the same to the object as it was sent.
+    fn apply_defaults(&mut self) -> Vec<PatchOperation> {
+        Vec::new()
     }
-    if let Some(source) = spec.get("source").and_then(Value::as_object)
-        && !source.contains_key("imagePullPolicy")
-    {
-        ops.push(add(
-            &["spec", "source", "imagePullPolicy"],
-            json!("IfNotPresent"),
-        ));
-    }
-    if kind == "TerraformCluster" && !spec.contains_key("applyPolicy") {
-        ops.push(add(&["spec", "applyPolicy"], json!("Automatic")));
-    }
-    if matches!(kind, "TerraformCluster" | "TerraformMachinePool") {
-        match spec.get("drift") {
-            None => ops.push(add(&["spec", "drift"], json!({ "action": "Report" }))),
-            Some(Value::Object(drift)) if !drift.contains_key("action") => {
-                ops.push(add(&["spec", "drift", "action"], json!("Report")));
-            }
-            Some(_) => {}
-        }
-    }
-    if let Some(sources) = spec.get("variablesFrom").and_then(Value::as_array) {
-        for (i, source) in sources.iter().enumerate() {
-            let Some(source) = source.as_object() else {
-                continue;
-            };
-            let index = i.to_string();
-            if !source.contains_key("optional") {
-                ops.push(add(
-                    &["spec", "variablesFrom", &index, "optional"],
-                    json!(false),
-                ));
-            }
-            if !source.contains_key("format") {
-                ops.push(add(
-                    &["spec", "variablesFrom", &index, "format"],
-                    json!("String"),
-                ));
-            }
-        }
-    }
-    ops
 }
 
-/// `object` with the patch of [`defaults`] applied.
-pub fn defaulted(kind: &str, object: &Value) -> Result<Value, json_patch::PatchError> {
-    let mut out = object.clone();
-    json_patch::patch(&mut out, &defaults(kind, object))?;
-    Ok(out)
+impl Defaults for TerraformCluster {
+    fn apply_defaults(&mut self) -> Vec<PatchOperation> {
+        let mut ops = Vec::new();
+        let spec = &mut self.spec;
+        pull_policy(&mut spec.workspace, &mut ops);
+        set(
+            &mut spec.apply_policy,
+            ApplyPolicy::Automatic,
+            &["spec", "applyPolicy"],
+            &mut ops,
+        );
+        match &mut spec.drift {
+            Some(drift) => set(&mut drift.action, REPORT, DRIFT_ACTION, &mut ops),
+            None => set(
+                &mut spec.drift,
+                DriftPolicy {
+                    action: Some(REPORT),
+                    ..Default::default()
+                },
+                DRIFT,
+                &mut ops,
+            ),
+        }
+        variables_from(&mut spec.workspace, &mut ops);
+        ops
+    }
 }
 
-fn add(tokens: &[&str], value: Value) -> PatchOperation {
-    PatchOperation::Add(AddOperation {
-        path: PointerBuf::from_tokens(tokens.iter().copied()),
-        value,
-    })
+impl Defaults for TerraformMachine {
+    fn apply_defaults(&mut self) -> Vec<PatchOperation> {
+        let mut ops = Vec::new();
+        pull_policy(&mut self.spec.workspace, &mut ops);
+        variables_from(&mut self.spec.workspace, &mut ops);
+        ops
+    }
+}
+
+impl Defaults for TerraformMachinePool {
+    fn apply_defaults(&mut self) -> Vec<PatchOperation> {
+        let mut ops = Vec::new();
+        let spec = &mut self.spec;
+        pull_policy(&mut spec.workspace, &mut ops);
+        match &mut spec.drift {
+            Some(drift) => set(&mut drift.action, REPORT, DRIFT_ACTION, &mut ops),
+            None => {
+                let drift = MachinePoolDriftPolicy {
+                    action: Some(REPORT),
+                    ..Default::default()
+                };
+                set(&mut spec.drift, drift, DRIFT, &mut ops);
+            }
+        }
+        variables_from(&mut spec.workspace, &mut ops);
+        ops
+    }
+}
+
+impl Defaults for TerraformClusterTemplate {}
+impl Defaults for TerraformMachineTemplate {}
+impl Defaults for TerraformMachinePoolTemplate {}
+impl Defaults for TerraformClusterIdentity {}
+
+/// The mutating webhook's patch for `object` of `kind`. An object that does
+/// not match its schema gets none (validation refuses it); one past the
+/// values cap is refused here too.
+pub fn patch(kind: &str, object: &RawValue) -> Result<Vec<PatchOperation>, Violation> {
+    match kind {
+        "TerraformCluster" => patch_of::<TerraformCluster>(object),
+        "TerraformMachine" => patch_of::<TerraformMachine>(object),
+        "TerraformMachinePool" => patch_of::<TerraformMachinePool>(object),
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn patch_of<T: DeserializeOwned + Defaults>(
+    object: &RawValue,
+) -> Result<Vec<PatchOperation>, Violation> {
+    match decode::<T>(Field::Object, object) {
+        Ok(mut object) => Ok(object.apply_defaults()),
+        Err(DecodeError::Json(_)) => Ok(Vec::new()),
+        Err(e) => Err(e.into_violation(|e| e.to_string())),
+    }
+}
+
+const REPORT: DriftAction = DriftAction::Report;
+const DRIFT: &[&str] = &["spec", "drift"];
+const DRIFT_ACTION: &[&str] = &["spec", "drift", "action"];
+
+fn pull_policy(workspace: &mut WorkspaceSpec, ops: &mut Vec<PatchOperation>) {
+    set(
+        &mut workspace.source.image_pull_policy,
+        ImagePullPolicy::IfNotPresent,
+        &["spec", "source", "imagePullPolicy"],
+        ops,
+    );
+}
+
+fn variables_from(workspace: &mut WorkspaceSpec, ops: &mut Vec<PatchOperation>) {
+    for (i, source) in workspace.variables_from.iter_mut().flatten().enumerate() {
+        let index = i.to_string();
+        set(
+            &mut source.optional,
+            false,
+            &["spec", "variablesFrom", &index, "optional"],
+            ops,
+        );
+        set(
+            &mut source.format,
+            VariablesFormat::String,
+            &["spec", "variablesFrom", &index, "format"],
+            ops,
+        );
+    }
+}
+
+/// Sets an unset `field` to `value`, and adds it to the patch as the typed
+/// value serializes, so the two cannot differ.
+fn set<T: Serialize>(
+    field: &mut Option<T>,
+    value: T,
+    tokens: &[&str],
+    ops: &mut Vec<PatchOperation>,
+) {
+    if field.is_some() {
+        return;
+    }
+    // Plain enums, bools and structs of them: serializing cannot fail.
+    if let Ok(json) = serde_json::to_value(&value) {
+        ops.push(PatchOperation::Add(AddOperation {
+            path: PointerBuf::from_tokens(tokens.iter().copied()),
+            value: json,
+        }));
+        *field = Some(value);
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fmt::Debug;
+
+    use serde_json::{Value, json};
+
     use super::*;
 
+    /// The test objects carry only what the defaults read; the typed decode
+    /// needs metadata too.
+    fn with_metadata(object: &Value) -> Value {
+        let mut object = object.clone();
+        if let Some(fields) = object.as_object_mut() {
+            fields.insert("metadata".into(), json!({"name": "x"}));
+        }
+        object
+    }
+
+    fn defaults(kind: &str, object: &Value) -> Vec<PatchOperation> {
+        let raw = serde_json::value::to_raw_value(&with_metadata(object)).unwrap();
+        patch(kind, &raw).unwrap()
+    }
+
+    /// `object` with the webhook's patch applied. The typed object with its
+    /// defaults applied must be the patched object, typed.
     fn defaulted(kind: &str, object: &Value) -> Value {
-        super::defaulted(kind, object).unwrap()
+        let mut out = with_metadata(object);
+        json_patch::patch(&mut out, &defaults(kind, object)).unwrap();
+        let before = with_metadata(object);
+        match kind {
+            "TerraformCluster" => same_typed::<TerraformCluster>(&before, &out),
+            "TerraformMachine" => same_typed::<TerraformMachine>(&before, &out),
+            "TerraformMachinePool" => same_typed::<TerraformMachinePool>(&before, &out),
+            _ => {}
+        }
+        if let Some(fields) = out.as_object_mut() {
+            fields.remove("metadata");
+        }
+        out
+    }
+
+    fn same_typed<T: DeserializeOwned + Defaults + PartialEq + Debug>(
+        before: &Value,
+        after: &Value,
+    ) {
+        let mut typed: T = serde_json::from_value(before.clone()).unwrap();
+        typed.apply_defaults();
+        assert_eq!(typed, serde_json::from_value::<T>(after.clone()).unwrap());
     }
 
     #[test]

@@ -8,23 +8,22 @@
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation as AdmissionOperation};
-use serde_json::Value;
+use kube::api::{Api, ListParams, PostParams};
+use kube::core::admission::{AdmissionResponse, Operation as AdmissionOperation};
 use tracing::warn;
 
-use super::defaults::defaults;
+use super::defaults;
 use super::rules::{self, Violation};
-use super::validate::{Review, Verb, Verdict, validate};
+use super::validate::{Lookup, Review, Verb, Verdict, validate};
 use crate::api::{
-    IdentityReference, TerraformCluster, TerraformClusterIdentity, TerraformMachine,
-    TerraformMachinePool,
+    IdentityReference, SecretReference, TerraformCluster, TerraformClusterIdentity,
+    TerraformMachine, TerraformMachinePool,
 };
 use crate::capi::objects::{Cluster, Machine};
 use crate::capi::owners;
 use crate::keys::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE};
 use crate::names::Kind;
-use crate::server::webhook::AdmissionHandler;
+use crate::server::webhook::{AdmissionHandler, ReviewRequest};
 
 /// The validating and defaulting webhooks. Without a client, the rules that
 /// need the API server deny what they cannot check.
@@ -47,7 +46,7 @@ impl Webhooks {
     }
 }
 
-fn verb(request: &AdmissionRequest<DynamicObject>) -> Option<Verb> {
+fn verb(request: &ReviewRequest<'_>) -> Option<Verb> {
     match request.operation {
         AdmissionOperation::Create => Some(Verb::Create),
         AdmissionOperation::Update => Some(Verb::Update),
@@ -56,17 +55,10 @@ fn verb(request: &AdmissionRequest<DynamicObject>) -> Option<Verb> {
     }
 }
 
-fn to_value(object: Option<&DynamicObject>) -> Result<Option<Value>, Violation> {
-    object
-        .map(serde_json::to_value)
-        .transpose()
-        .map_err(|e| Violation::invalid("object", format!("cannot be read: {e}"), None))
-}
-
 /// The response for a verdict: the first violation's code, every
 /// violation's message, and the warnings.
-fn respond(request: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> AdmissionResponse {
-    let mut response = AdmissionResponse::from(request);
+fn respond(request: &ReviewRequest<'_>, verdict: Verdict) -> AdmissionResponse {
+    let mut response = request.allow();
     if let Some(first) = verdict.violations.first() {
         let code = first.code();
         let message = verdict
@@ -86,40 +78,33 @@ fn respond(request: &AdmissionRequest<DynamicObject>, verdict: Verdict) -> Admis
 }
 
 impl AdmissionHandler for Webhooks {
-    async fn validate(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
-        let mut verdict = Verdict::default();
-        let decoded = (|| {
-            Ok::<_, Violation>((
-                to_value(request.object.as_ref())?,
-                to_value(request.old_object.as_ref())?,
-            ))
-        })();
-        match (verb(request), decoded) {
-            (None, _) => {}
-            (_, Err(violation)) => verdict.violations.push(violation),
-            (Some(op), Ok((object, old_object))) => {
-                let review = Review {
-                    verb: op,
-                    kind: &request.kind.kind,
-                    object: object.as_ref(),
-                    old_object: old_object.as_ref(),
-                    dry_run: request.dry_run,
-                };
-                verdict = validate(&review);
-                if verdict.violations.is_empty()
-                    && let Err(violation) = self.with_api_server(request, &review).await
-                {
-                    verdict.violations.push(violation);
-                }
-            }
+    async fn validate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
+        let Some(verb) = verb(request) else {
+            return request.allow();
+        };
+        let review = Review {
+            verb,
+            kind: &request.kind.kind,
+            object: request.object,
+            old_object: request.old_object,
+            dry_run: request.dry_run,
+        };
+        let (mut verdict, lookup) = validate(&review);
+        if verdict.violations.is_empty()
+            && let Some(lookup) = lookup
+            && let Err(violation) = self.look_up(request, lookup).await
+        {
+            verdict.violations.push(violation);
         }
         respond(request, verdict)
     }
 
-    async fn mutate(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
-        let object = match to_value(request.object.as_ref()) {
-            Ok(Some(object)) => object,
-            Ok(None) => return AdmissionResponse::from(request),
+    async fn mutate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
+        let Some(object) = request.object else {
+            return request.allow();
+        };
+        let ops = match defaults::patch(&request.kind.kind, object) {
+            Ok(ops) => ops,
             Err(violation) => {
                 return respond(
                     request,
@@ -130,33 +115,25 @@ impl AdmissionHandler for Webhooks {
                 );
             }
         };
-        let ops = defaults(&request.kind.kind, &object);
         if ops.is_empty() {
-            return AdmissionResponse::from(request);
+            return request.allow();
         }
-        match AdmissionResponse::from(request).with_patch(json_patch::Patch(ops)) {
+        match request.allow().with_patch(json_patch::Patch(ops)) {
             Ok(response) => response,
-            Err(e) => {
-                AdmissionResponse::from(request).deny(format!("building the defaults patch: {e}"))
-            }
+            Err(e) => request
+                .allow()
+                .deny(format!("building the defaults patch: {e}")),
         }
     }
 }
 
 impl Webhooks {
     /// The rules that need the API server; `Err` is the refusal.
-    async fn with_api_server(
-        &self,
-        request: &AdmissionRequest<DynamicObject>,
-        review: &Review<'_>,
-    ) -> Result<(), Violation> {
-        match (review.kind, review.verb) {
-            ("TerraformClusterIdentity", Verb::Create | Verb::Update) => {
-                self.identity_secret_readable(request, review).await
-            }
-            ("TerraformClusterIdentity", Verb::Delete) => self.identity_unused(review).await,
-            ("TerraformMachine", Verb::Delete) => self.machine_deletable(review).await,
-            _ => Ok(()),
+    async fn look_up(&self, request: &ReviewRequest<'_>, lookup: Lookup) -> Result<(), Violation> {
+        match lookup {
+            Lookup::SecretReadable(secret) => self.identity_secret_readable(request, &secret).await,
+            Lookup::IdentityUnused(identity) => self.identity_unused(&identity).await,
+            Lookup::MachineDeletable(machine) => self.machine_deletable(&machine).await,
         }
     }
 
@@ -175,22 +152,9 @@ impl Webhooks {
     /// an identity would hand out credentials its creator cannot read.
     async fn identity_secret_readable(
         &self,
-        request: &AdmissionRequest<DynamicObject>,
-        review: &Review<'_>,
+        request: &ReviewRequest<'_>,
+        secret: &SecretReference,
     ) -> Result<(), Violation> {
-        let decode = |v: Option<&Value>| {
-            v.map(|v| serde_json::from_value::<TerraformClusterIdentity>(v.clone()))
-                .transpose()
-                .map_err(|e| Violation::invalid("object", e.to_string(), None))
-        };
-        let Some(new) = decode(review.object)? else {
-            return Ok(());
-        };
-        let old = decode(review.old_object)?;
-        if old.is_some_and(|old| old.spec.secret_ref == new.spec.secret_ref) {
-            return Ok(());
-        }
-        let secret = &new.spec.secret_ref;
         let user = &request.user_info;
         let sar = SubjectAccessReview {
             spec: SubjectAccessReviewSpec {
@@ -230,13 +194,7 @@ impl Webhooks {
 
     /// Rule 12: an identity cannot be deleted while an object resolves to it
     /// or a namespace still holds its credentials mirror.
-    async fn identity_unused(&self, review: &Review<'_>) -> Result<(), Violation> {
-        let identity: TerraformClusterIdentity = review
-            .old_object
-            .map(|v| serde_json::from_value(v.clone()))
-            .transpose()
-            .map_err(|e| Violation::invalid("object", e.to_string(), None))?
-            .ok_or_else(|| Violation::invalid("oldObject", "is missing from the request", None))?;
+    async fn identity_unused(&self, identity: &TerraformClusterIdentity) -> Result<(), Violation> {
         let name = identity.metadata.name.clone().unwrap_or_default();
         let mirrored = identity
             .status
@@ -338,13 +296,7 @@ impl Webhooks {
     /// allowed when it has no Machine owner, when the owning Machine that
     /// passes the owner checks is gone or deleting, or for a clusterctl move
     /// of a paused Cluster.
-    async fn machine_deletable(&self, review: &Review<'_>) -> Result<(), Violation> {
-        let machine: TerraformMachine = review
-            .old_object
-            .map(|v| serde_json::from_value(v.clone()))
-            .transpose()
-            .map_err(|e| Violation::invalid("object", e.to_string(), None))?
-            .ok_or_else(|| Violation::invalid("oldObject", "is missing from the request", None))?;
+    async fn machine_deletable(&self, machine: &TerraformMachine) -> Result<(), Violation> {
         let owners: Vec<_> = machine
             .metadata
             .owner_references

@@ -1,19 +1,22 @@
 //! The validating webhook's decision for one AdmissionReview, without I/O:
-//! the rules of CONTRACT.md "Webhooks" applied to the typed objects.
+//! the rules of CONTRACT.md "Webhooks" applied to the typed objects, each
+//! decoded once from the request's JSON text.
 //!
 //! The rules that need the API server (an identity's SubjectAccessReview,
 //! refusing to delete an identity in use or a machine whose Machine lives)
-//! are gathered by the handler and decided by the functions here too.
+//! are gathered by the handler: [`validate`] names the [`Lookup`] it needs,
+//! with the typed object it is about.
 
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::value::RawValue;
 
-use super::defaults::defaulted;
+use super::decode::{Field, decode};
+use super::defaults::Defaults;
 use super::rules::{self, Violation};
 use crate::api::{
-    JobPolicy, TerraformCluster, TerraformClusterIdentity, TerraformClusterTemplate,
-    TerraformMachine, TerraformMachinePool, TerraformMachinePoolTemplate, TerraformMachineTemplate,
-    WorkspaceSpec,
+    JobPolicy, SecretReference, TerraformCluster, TerraformClusterIdentity,
+    TerraformClusterTemplate, TerraformMachine, TerraformMachinePool, TerraformMachinePoolTemplate,
+    TerraformMachineTemplate, WorkspaceSpec,
 };
 use crate::image_ref::ImageRef;
 use crate::keys::RESTORE_STATE;
@@ -28,13 +31,13 @@ pub enum Verb {
     Delete,
 }
 
-/// What the rules see of an AdmissionReview.
+/// What the rules see of an AdmissionReview: the objects as JSON text.
 #[derive(Clone, Copy, Debug)]
 pub struct Review<'a> {
     pub verb: Verb,
     pub kind: &'a str,
-    pub object: Option<&'a Value>,
-    pub old_object: Option<&'a Value>,
+    pub object: Option<&'a RawValue>,
+    pub old_object: Option<&'a RawValue>,
     pub dry_run: bool,
 }
 
@@ -51,64 +54,108 @@ impl Verdict {
     }
 }
 
-/// Applies every rule that needs nothing but the review itself.
-pub fn validate(review: &Review<'_>) -> Verdict {
+/// A check against the API server that the request still needs once the
+/// verdict has no violation, with the decoded object it is about.
+#[derive(Debug)]
+pub enum Lookup {
+    /// Rule 12: the requesting user may get the Secret a new or changed
+    /// identity names.
+    SecretReadable(SecretReference),
+    /// Rule 12: the identity being deleted is not in use.
+    IdentityUnused(Box<TerraformClusterIdentity>),
+    /// Rule 10: the machine being deleted has no live Machine owner.
+    MachineDeletable(Box<TerraformMachine>),
+}
+
+/// Applies every rule that needs nothing but the review itself, and names
+/// the lookup that remains.
+pub fn validate(review: &Review<'_>) -> (Verdict, Option<Lookup>) {
     let mut verdict = Verdict::default();
-    if review.verb == Verb::Delete {
-        // Deletion rules need the API server: see the handler.
-        return verdict;
+    match rules_of(review, &mut verdict) {
+        Ok(lookup) => (verdict, lookup),
+        Err(violation) => {
+            verdict.violations.push(violation);
+            (verdict, None)
+        }
     }
-    let result = match review.kind {
-        "TerraformCluster" => typed(review, &mut verdict, cluster),
-        "TerraformMachine" => typed(review, &mut verdict, machine),
-        "TerraformMachinePool" => typed(review, &mut verdict, machine_pool),
-        "TerraformClusterTemplate" => typed(review, &mut verdict, cluster_template),
-        "TerraformMachineTemplate" => typed(review, &mut verdict, machine_template),
-        "TerraformMachinePoolTemplate" => typed(review, &mut verdict, machine_pool_template),
-        "TerraformClusterIdentity" => typed(review, &mut verdict, identity),
-        other => Err(Violation::invalid(
+}
+
+fn rules_of(review: &Review<'_>, v: &mut Verdict) -> Result<Option<Lookup>, Violation> {
+    match (review.verb, review.kind) {
+        // Deletion rules need the API server: the handler looks them up.
+        (Verb::Delete, "TerraformClusterIdentity") => {
+            Ok(Some(Lookup::IdentityUnused(Box::new(deleted(review)?))))
+        }
+        (Verb::Delete, "TerraformMachine") => {
+            Ok(Some(Lookup::MachineDeletable(Box::new(deleted(review)?))))
+        }
+        (Verb::Delete, _) => Ok(None),
+        (_, "TerraformCluster") => typed(review, v, cluster),
+        (_, "TerraformMachine") => typed(review, v, machine),
+        (_, "TerraformMachinePool") => typed(review, v, machine_pool),
+        (_, "TerraformClusterTemplate") => typed(review, v, cluster_template),
+        (_, "TerraformMachineTemplate") => typed(review, v, machine_template),
+        (_, "TerraformMachinePoolTemplate") => typed(review, v, machine_pool_template),
+        (_, "TerraformClusterIdentity") => {
+            let (new, old) = objects::<TerraformClusterIdentity>(review)?;
+            identity(&new, v);
+            // On create, and when spec.secretRef changes.
+            let changed = old.is_none_or(|old| old.spec.secret_ref != new.spec.secret_ref);
+            Ok(changed.then_some(Lookup::SecretReadable(new.spec.secret_ref)))
+        }
+        (_, other) => Err(Violation::invalid(
             "kind",
             "is not a kind this webhook serves",
             Some(rules::echo(other)),
         )),
-    };
-    if let Err(violation) = result {
-        verdict.violations.push(violation);
     }
-    verdict
 }
 
 type Rule<T> = fn(&T, Option<&T>, &Review<'_>, &mut Verdict);
 
-/// Decodes the new and old objects, each as defaulting leaves it, then
-/// applies `rule`. Read so, an object stored without a default (created
-/// while the webhooks were not registered) is not changed by the default the
-/// mutating webhook adds on its next update, the manager's finalizer patch
-/// included.
-fn typed<T: DeserializeOwned>(
+/// Decodes the new and old objects, then applies `rule`.
+fn typed<T: DeserializeOwned + Defaults>(
     review: &Review<'_>,
     verdict: &mut Verdict,
     rule: Rule<T>,
-) -> Result<(), Violation> {
-    let decode = |value: &Value| {
-        let value = defaulted(review.kind, value)
-            .map_err(|e| Violation::invalid("object", format!("cannot be defaulted: {e}"), None))?;
-        serde_json::from_value::<T>(value).map_err(|e| {
-            Violation::invalid(
-                "object",
-                format!("does not match the {} schema: {e}", review.kind),
-                None,
-            )
-        })
+) -> Result<Option<Lookup>, Violation> {
+    let (object, old) = objects::<T>(review)?;
+    rule(&object, old.as_ref(), review, verdict);
+    Ok(None)
+}
+
+/// The new and old objects, each as defaulting leaves it. Read so, an object
+/// stored without a default (created while the webhooks were not registered)
+/// is not changed by the default the mutating webhook adds on its next
+/// update, the manager's finalizer patch included.
+fn objects<T: DeserializeOwned + Defaults>(
+    review: &Review<'_>,
+) -> Result<(T, Option<T>), Violation> {
+    let decode = |field, raw| {
+        let mut object: T = decode(field, raw).map_err(|e| {
+            e.into_violation(|e| format!("does not match the {} schema: {e}", review.kind))
+        })?;
+        object.apply_defaults();
+        Ok(object)
     };
     let object = review
         .object
-        .map(decode)
+        .map(|raw| decode(Field::Object, raw))
         .transpose()?
         .ok_or_else(|| Violation::invalid("object", "is missing from the request", None))?;
-    let old = review.old_object.map(decode).transpose()?;
-    rule(&object, old.as_ref(), review, verdict);
-    Ok(())
+    let old = review
+        .old_object
+        .map(|raw| decode(Field::OldObject, raw))
+        .transpose()?;
+    Ok((object, old))
+}
+
+/// The object a DELETE removes, as stored.
+fn deleted<T: DeserializeOwned>(review: &Review<'_>) -> Result<T, Violation> {
+    let raw = review
+        .old_object
+        .ok_or_else(|| Violation::invalid("oldObject", "is missing from the request", None))?;
+    decode(Field::OldObject, raw).map_err(|e| e.into_violation(|e| e.to_string()))
 }
 
 fn cluster(
@@ -293,12 +340,7 @@ fn machine_pool_template(
     template_immutable(old.map(|o| &o.spec.template.spec), spec, review, v);
 }
 
-fn identity(
-    new: &TerraformClusterIdentity,
-    _old: Option<&TerraformClusterIdentity>,
-    _review: &Review<'_>,
-    v: &mut Verdict,
-) {
+fn identity(new: &TerraformClusterIdentity, v: &mut Verdict) {
     if let Some(allowed) = &new.spec.allowed_namespaces {
         v.refuse(rules::allowed_namespaces_not_empty(
             "spec.allowedNamespaces",
@@ -321,10 +363,9 @@ fn workspace(path: &str, spec: &WorkspaceSpec, role: Kind, v: &mut Verdict) {
         job_policy(&format!("{path}.jobs"), jobs, v);
     }
     if let Some(variables) = &spec.variables {
-        let object = Value::Object(variables.0.clone().into_iter().collect());
         v.violations.extend(rules::variables(
             &format!("{path}.variables"),
-            &object,
+            &variables.0,
             role,
         ));
     }

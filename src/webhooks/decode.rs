@@ -1,0 +1,286 @@
+//! Reading an object of an AdmissionReview: its JSON text, borrowed from the
+//! request body, decoded straight into the typed API object, once.
+//!
+//! `spec.variables` holds free JSON, so a small body can still ask for a big
+//! tree: a 3 MiB array of 1.5M zeros is 48 MB as `serde_json::Value`s, and
+//! 780 KB of nested one-key objects are 41 MB. Before decoding, an object
+//! long enough to go past [`MAX_VALUES`] has its JSON values counted by a
+//! pass that builds nothing, and is refused past the cap.
+//!
+//! Nesting depth needs no check of its own: serde_json refuses more than 128
+//! levels (its recursion limit) both in the count and in `from_str`, and
+//! capturing the raw text for the envelope walks the nesting without
+//! recursing.
+
+use std::fmt;
+
+use serde::de::{
+    self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
+use serde_json::value::RawValue;
+use thiserror::Error;
+
+use super::rules::Violation;
+
+/// The most JSON values one object of a request may hold, each non-empty
+/// JSON object counting as [`OBJECT_WEIGHT`] more. Decoding a value costs up
+/// to 64 bytes (a `serde_json::Value` and its copy in serde's buffer for the
+/// flattened spec) and a non-empty object a B-tree node of 632 bytes more;
+/// weighed so, the cap holds what decoding one object allocates beyond its
+/// strings to about 4 MB, whatever its text (`benches/webhook.rs` measures
+/// the worst shapes). A real object holds a few hundred values; 65,536
+/// leaves room for large variables.
+pub const MAX_VALUES: usize = 65_536;
+
+/// What a non-empty JSON object counts for beyond its own value: its B-tree
+/// node is ten values' worth, and a margin.
+pub const OBJECT_WEIGHT: usize = 16;
+
+/// Which object of the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    Object,
+    OldObject,
+}
+
+impl Field {
+    /// The field's name in the AdmissionReview request.
+    pub fn name(self) -> &'static str {
+        match self {
+            Field::Object => "object",
+            Field::OldObject => "oldObject",
+        }
+    }
+}
+
+/// Why an object was not decoded.
+#[derive(Debug, Error)]
+pub enum DecodeError {
+    #[error("{}: {}", .0.name(), too_many_values_rule())]
+    TooManyValues(Field),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
+fn too_many_values_rule() -> String {
+    format!(
+        "must hold at most {MAX_VALUES} JSON values, a non-empty object counting as {}: the webhook bounds the memory of a request",
+        OBJECT_WEIGHT + 1
+    )
+}
+
+impl DecodeError {
+    /// The refusal: the values cap as it is, a JSON error under `object`
+    /// with the rule that `rule` makes of it.
+    pub fn into_violation(self, rule: impl FnOnce(serde_json::Error) -> String) -> Violation {
+        match self {
+            DecodeError::TooManyValues(field) => Violation::invalid(
+                field.name(),
+                too_many_values_rule(),
+                Some(format!("more than {MAX_VALUES}")),
+            ),
+            DecodeError::Json(e) => Violation::invalid("object", rule(e), None),
+        }
+    }
+}
+
+/// `raw` as a `T`, refused unread past [`MAX_VALUES`].
+pub fn decode<T: DeserializeOwned>(field: Field, raw: &RawValue) -> Result<T, DecodeError> {
+    if too_many_values(raw.get())? {
+        return Err(DecodeError::TooManyValues(field));
+    }
+    Ok(serde_json::from_str(raw.get())?)
+}
+
+/// Whether `json` holds more than [`MAX_VALUES`] values, objects weighed.
+/// A non-empty object spends at least 5 bytes of its own (`{"":` and `}`)
+/// on its `1 + OBJECT_WEIGHT` = 17, any other value at least 1 byte on its
+/// one, so text counts at most 3.4 per byte: shorter than a quarter of the
+/// cap, it is not read at all.
+fn too_many_values(json: &str) -> Result<bool, serde_json::Error> {
+    if json.len() < MAX_VALUES / 4 {
+        return Ok(false);
+    }
+    count(json)
+}
+
+/// Counts the values of `json` up to the cap: whether it went past.
+fn count(json: &str) -> Result<bool, serde_json::Error> {
+    let mut tally = Tally {
+        left: MAX_VALUES,
+        over: false,
+    };
+    let mut deserializer = serde_json::Deserializer::from_str(json);
+    match (Count { tally: &mut tally }).deserialize(&mut deserializer) {
+        Ok(()) => Ok(false),
+        Err(_) if tally.over => Ok(true),
+        Err(e) => Err(e),
+    }
+}
+
+/// The values still allowed, and whether one more was seen.
+struct Tally {
+    left: usize,
+    over: bool,
+}
+
+/// Counts values down and fails the parse past the cap. It keeps nothing:
+/// strings are seen borrowed (or in serde_json's one reused scratch buffer
+/// when escaped), keys are skipped.
+struct Count<'t> {
+    tally: &'t mut Tally,
+}
+
+impl Count<'_> {
+    fn take<E: de::Error>(&mut self, values: usize) -> Result<(), E> {
+        match self.tally.left.checked_sub(values) {
+            Some(left) => {
+                self.tally.left = left;
+                Ok(())
+            }
+            None => {
+                self.tally.over = true;
+                Err(E::custom("too many JSON values"))
+            }
+        }
+    }
+
+    fn inner(&mut self) -> Count<'_> {
+        Count {
+            tally: &mut *self.tally,
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Count<'_> {
+    type Value = ();
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Count<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(mut self, _: bool) -> Result<(), E> {
+        self.take(1)
+    }
+
+    fn visit_i64<E: de::Error>(mut self, _: i64) -> Result<(), E> {
+        self.take(1)
+    }
+
+    fn visit_u64<E: de::Error>(mut self, _: u64) -> Result<(), E> {
+        self.take(1)
+    }
+
+    fn visit_f64<E: de::Error>(mut self, _: f64) -> Result<(), E> {
+        self.take(1)
+    }
+
+    fn visit_str<E: de::Error>(mut self, _: &str) -> Result<(), E> {
+        self.take(1)
+    }
+
+    fn visit_unit<E: de::Error>(mut self) -> Result<(), E> {
+        self.take(1)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        self.take(1)?;
+        while seq.next_element_seed(self.inner())?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        self.take(1)?;
+        let mut empty = true;
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            if empty {
+                empty = false;
+                self.take(OBJECT_WEIGHT)?;
+            }
+            map.next_value_seed(self.inner())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(json: String) -> Box<RawValue> {
+        RawValue::from_string(json).unwrap()
+    }
+
+    /// `[0,0,...]` holding `n` values in all: the array and `n - 1` zeros.
+    fn zeros(n: usize) -> String {
+        format!("[{}]", vec!["0"; n - 1].join(","))
+    }
+
+    #[test]
+    fn values_are_counted_up_to_the_cap() {
+        assert!(!too_many_values(&zeros(MAX_VALUES)).unwrap());
+        assert!(too_many_values(&zeros(MAX_VALUES + 1)).unwrap());
+        // Strings (escaped or not), literals, arrays and nesting count one;
+        // a non-empty object 17, an empty one 1; keys nothing.
+        let pair = r#"{"k\n":["s","t\u00e9",true,null,1.5,{}]}"#;
+        let per_pair = 1 + OBJECT_WEIGHT + 1 + 6;
+        let whole = |pairs: usize| format!("[{}]", vec![pair; pairs].join(","));
+        let fits = (MAX_VALUES - 1) / per_pair;
+        assert!(!too_many_values(&whole(fits)).unwrap());
+        assert!(too_many_values(&whole(fits + 1)).unwrap());
+    }
+
+    #[test]
+    fn short_text_is_not_read() {
+        // Invalid JSON is not noticed, so it was not read.
+        let short = "x".repeat(MAX_VALUES / 4 - 1);
+        assert!(!too_many_values(&short).unwrap());
+        assert!(too_many_values(&"x".repeat(MAX_VALUES / 4)).is_err());
+        // The densest text, nested one-key objects, fits below the threshold.
+        let chain = format!("{}0{}", r#"{"":"#.repeat(100), "}".repeat(100));
+        let chains = (MAX_VALUES / 4 - 2) / (chain.len() + 1);
+        let densest = format!("[{}]", vec![chain; chains].join(","));
+        assert!(densest.len() < MAX_VALUES / 4);
+        assert!(!count(&densest).unwrap());
+        let doubled = format!("[{densest},{densest}]");
+        assert!(count(&doubled).unwrap(), "it holds more than half the cap");
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_by_the_recursion_limit() {
+        let deep = format!("{}{}", "[".repeat(129), "]".repeat(129));
+        let padded = format!("[{deep},{}]", vec!["0"; MAX_VALUES].join(","));
+        let e = too_many_values(&padded).unwrap_err();
+        assert!(e.to_string().contains("recursion limit"), "{e}");
+        let e = decode::<serde_json::Value>(Field::Object, &raw(deep)).unwrap_err();
+        assert!(e.to_string().contains("recursion limit"), "{e}");
+    }
+
+    #[test]
+    fn decode_names_the_field_past_the_cap() {
+        let object = format!(
+            r#"{{"spec":{{"variables":{{"list":{}}}}}}}"#,
+            zeros(MAX_VALUES)
+        );
+        let e = decode::<serde_json::Value>(Field::OldObject, &raw(object)).unwrap_err();
+        assert!(matches!(e, DecodeError::TooManyValues(Field::OldObject)));
+        let violation = e.into_violation(|e| e.to_string());
+        assert_eq!(
+            violation.message(),
+            format!(
+                "oldObject: {} (got more than 65536)",
+                too_many_values_rule()
+            )
+        );
+        let fine = decode::<serde_json::Value>(Field::Object, &raw(zeros(MAX_VALUES))).unwrap();
+        assert_eq!(fine.as_array().map(Vec::len), Some(MAX_VALUES - 1));
+    }
+}
