@@ -7,7 +7,7 @@
 
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{PatchOperation, RemoveOperation, TestOperation};
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, Preconditions};
 use kube::core::NamespaceResourceScope;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -110,6 +110,48 @@ where
     unprotect(api, name).await?;
     match api.delete(name, params).await {
         Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// An object as it was read: deleted only if it is still that object,
+/// unchanged since.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AsRead {
+    pub name: String,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+impl AsRead {
+    pub fn of(meta: &ObjectMeta) -> Option<AsRead> {
+        Some(AsRead {
+            name: meta.name.clone()?,
+            uid: meta.uid.clone(),
+            resource_version: meta.resource_version.clone(),
+        })
+    }
+}
+
+/// Deletes `read` if it is unchanged since it was read, then unprotects it:
+/// the delete goes first, so that the precondition is checked against the
+/// version read (unprotecting changes it). One gone already is fine; one
+/// changed since fails with the API server's 409 Conflict, so the caller
+/// reads it again before deciding anything.
+pub async fn delete_as_read<K>(api: &Api<K>, read: &AsRead) -> Result<(), kube::Error>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: read.uid.clone(),
+            resource_version: read.resource_version.clone(),
+        }),
+        ..Default::default()
+    };
+    match api.delete(&read.name, &params).await {
+        Ok(_) => unprotect(api, &read.name).await,
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         Err(e) => Err(e),
     }

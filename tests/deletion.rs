@@ -277,6 +277,120 @@ async fn deleting_a_never_applied_machine_removes_it_at_once() {
     );
 }
 
+/// Cleanup deletes a state Secret or lock Lease only as it was read: one
+/// written since is refused with a conflict and kept (the next pass reads it
+/// again), and the protection finalizer comes off only once the delete is
+/// accepted.
+#[tokio::test]
+async fn cleanup_deletes_a_state_secret_only_as_it_was_read() {
+    use captf::protection::{self, AsRead};
+    let client = captf_testkit::controlplane::shared().client().await;
+    let ns = captf_testkit::namespace(&client, "del-asread").await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client, &ns);
+    let mut secret = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("tfstate-default-x".into()),
+            ..Default::default()
+        },
+        data: Some([("tfstate".to_string(), ByteString(b"one".to_vec()))].into()),
+        ..Default::default()
+    };
+    protection::protect(&mut secret.metadata);
+    let read = secrets.create(&Default::default(), &secret).await.unwrap();
+    let as_read = AsRead::of(&read.metadata).unwrap();
+    // A new state written after the read.
+    secrets
+        .patch(
+            "tfstate-default-x",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"tfstate": "dHdv"}})),
+        )
+        .await
+        .unwrap();
+    let refused = protection::delete_as_read(&secrets, &as_read).await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(e)) if e.code == 409),
+        "{refused:?}"
+    );
+    let kept = secrets.get("tfstate-default-x").await.unwrap();
+    assert!(kept.metadata.deletion_timestamp.is_none());
+    assert!(protection::is_protected(&kept));
+
+    // As read now, it goes, finalizer and all; gone, it is fine again.
+    let as_read = AsRead::of(&kept.metadata).unwrap();
+    protection::delete_as_read(&secrets, &as_read)
+        .await
+        .unwrap();
+    assert!(
+        secrets
+            .get_opt("tfstate-default-x")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    protection::delete_as_read(&secrets, &as_read)
+        .await
+        .unwrap();
+}
+
+/// A lock its holder still has is never deleted with the object: the
+/// cleanup waits, saying who holds it, and finishes once it is released.
+#[tokio::test]
+async fn a_foreign_lock_holds_the_cleanup_until_it_is_released() {
+    let env = setup(MANAGER, "del-locked", &[], &[]).await;
+    // Never applied (its identity refuses the namespace): cleanup is due at
+    // once on deletion, and nothing else takes the lock.
+    let elsewhere = format!("elsewhere-{}", env.ns);
+    env.identity_allowing(&elsewhere, "elsewhere").await;
+    let workspace = WorkspaceSpec {
+        identity_ref: Some(IdentityReference { name: elsewhere }),
+        ..noop(None)
+    };
+    env.create_cluster("c", workspace.clone()).await;
+    env.create_machine("m", "c", workspace).await;
+    within(&env, 60, "the machine has its finalizer", || async {
+        env.finalizers::<TerraformMachine>("m")
+            .await
+            .contains(&finalizer(Kind::Machine))
+            .then_some(())
+    })
+    .await;
+    let lease = put_lock(&env, "m", "alice@laptop").await;
+
+    env.delete::<TerraformMachine>("m").await;
+    let status = within(&env, 60, "the cleanup held on the lock", || async {
+        env.machine_status("m")
+            .await
+            .filter(|s| condition(s, "Deleting") == Some(("True", "DeletionHeld")))
+    })
+    .await;
+    let message = condition_message(&status, "Deleting").unwrap();
+    assert!(
+        message.contains("alice@laptop") && message.contains(&lease.name_any()),
+        "{message}"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let now = env.leases().get(&lease.name_any()).await.unwrap();
+    assert_eq!(
+        now.metadata.resource_version, lease.metadata.resource_version,
+        "the held lock was touched"
+    );
+    assert!(!env.gone::<TerraformMachine>("m").await);
+    once(&env, "DeletionHeld", Kind::Machine, "m").await;
+
+    // Released (as force-unlock leaves it: the Lease without a holder).
+    env.leases()
+        .patch(
+            &lease.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"holderIdentity": null}})),
+        )
+        .await
+        .unwrap();
+    env.wait_gone::<TerraformMachine>(90, "m").await;
+    cleaned_up(&env, Kind::Machine, "m").await;
+}
+
 #[tokio::test]
 async fn a_destroy_that_fails_twice_then_succeeds_keeps_the_state_until_it_does() {
     let env = setup(MANAGER, "del-retry", &[], &[]).await;

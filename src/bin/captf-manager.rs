@@ -18,8 +18,39 @@ fn init_logging(format: LoggingFormat) {
     }
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+/// Keeps allocations of 128 KiB and more (a state as it is read: up to
+/// 64 MiB decompressed) in their own mappings, returned to the system when
+/// freed. glibc otherwise raises that threshold to the largest block freed,
+/// so later state reads come from the heap and leave it fragmented: at
+/// 2,200 objects at rest the manager's RSS was 92 MiB, and is 84 with it
+/// (`cargo bench --bench scale`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn tune_allocator() {
+    // SAFETY: mallopt only sets a parameter of the allocator; it is called
+    // before any other thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn tune_allocator() {}
+
+fn main() -> ExitCode {
+    tune_allocator();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_or_else(
+            |e| {
+                eprintln!("starting the runtime: {e}");
+                ExitCode::FAILURE
+            },
+            |runtime| runtime.block_on(run()),
+        )
+}
+
+async fn run() -> ExitCode {
     let flags = Flags::from_args();
     if flags.command == Some(Command::Crds) {
         print!("{}", captf::api::crds_yaml());

@@ -66,6 +66,9 @@ pub struct Situation {
     pub finished: Vec<Finished>,
     pub failed_jobs_history_limit: i32,
     pub now: Timestamp,
+    /// The state lock is held by something other than the object's own
+    /// runner pods (someone's `terraform`, or a holder that cannot be told).
+    pub foreign_lock: bool,
 }
 
 /// Why a deletion is held.
@@ -79,6 +82,10 @@ pub enum Hold {
     /// and none can run from the manager's namespace either (or there is
     /// no readable state to destroy from).
     NamespaceTerminating,
+    /// Cleanup is due but a foreign holder has the state lock: deleting the
+    /// state and the Lease under it would break its lock, and its next write
+    /// would leave a state nobody owns.
+    Locked,
 }
 
 /// Where a destroy takes its root from.
@@ -120,6 +127,15 @@ pub enum Why {
 }
 
 pub fn next(f: &Situation) -> Next {
+    match step(f) {
+        // A namespace being deleted takes the Lease and the state whatever
+        // we do; holding would only keep the namespace.
+        Next::Cleanup(_) if f.foreign_lock && !f.namespace_terminating => Next::Hold(Hold::Locked),
+        next => next,
+    }
+}
+
+fn step(f: &Situation) -> Next {
     if f.kind == Kind::Cluster && f.dependents > 0 {
         return Next::WaitForDependents(f.dependents);
     }
@@ -171,6 +187,20 @@ pub fn held(hold: Hold, namespace: &str, suffix: &str, uid: &str, detail: &str) 
             names::state_secret(suffix)
         ),
         Hold::Unreadable => format!("the state cannot be read ({detail})"),
+        Hold::Locked => {
+            return Cond::new(
+                conditions::DELETING,
+                Status::True,
+                "DeletionHeld",
+                format!(
+                    "deletion held: {detail}. The state Secret {}, its lock Lease {} and this object are kept \
+                     until the lock is released: deleted under their holder, its lock would be broken and its next \
+                     write would leave a state that nobody owns",
+                    names::state_secret(suffix),
+                    names::state_lock_lease(suffix),
+                ),
+            );
+        }
         Hold::NamespaceTerminating => {
             return Cond::new(
                 conditions::DELETING,
@@ -256,6 +286,7 @@ mod tests {
             finished: vec![job(Op::Apply, true, 0)],
             failed_jobs_history_limit: 3,
             now: at(1000),
+            foreign_lock: false,
         }
     }
 
@@ -302,6 +333,25 @@ mod tests {
             "another namespace",
         ] {
             assert!(gone.message.contains(part), "{part}: {}", gone.message);
+        }
+        let locked = held(
+            Hold::Locked,
+            "ns",
+            "abc-m",
+            "u-1",
+            "the state lock is held by me@laptop",
+        );
+        assert_eq!(
+            (locked.status, locked.reason),
+            (Status::True, "DeletionHeld")
+        );
+        for part in [
+            "held: the state lock is held by me@laptop. The state Secret",
+            "tfstate-default-abc-m",
+            "lock-tfstate-default-abc-m",
+            "until the lock is released",
+        ] {
+            assert!(locked.message.contains(part), "{part}: {}", locked.message);
         }
         let m = missing_inputs(Kind::Machine, "w-0", "u-2");
         assert_eq!((m.status, m.reason), (Status::False, "DestroyFailed"));
@@ -417,6 +467,46 @@ mod tests {
                 with(&|f| {
                     f.namespace_terminating = true;
                     f.finished.insert(0, job(Op::Destroy, true, 10));
+                }),
+                Next::Cleanup(Why::Destroyed),
+            ),
+            (
+                "destroyed, a foreign holder has the lock: held, nothing deleted",
+                with(&|f| {
+                    f.finished.insert(0, job(Op::Destroy, true, 10));
+                    f.foreign_lock = true;
+                }),
+                Next::Hold(Hold::Locked),
+            ),
+            (
+                "abandoned, a foreign holder has the lock: held",
+                with(&|f| {
+                    f.abandoned = true;
+                    f.foreign_lock = true;
+                }),
+                Next::Hold(Hold::Locked),
+            ),
+            (
+                "never applied, a foreign holder has the lock: held",
+                with(&|f| {
+                    f.state = StateFact::NotFound;
+                    f.ever_applied = false;
+                    f.durable_inputs = false;
+                    f.foreign_lock = true;
+                }),
+                Next::Hold(Hold::Locked),
+            ),
+            (
+                "a foreign lock, a destroy due: the destroy's Job waits for the lock",
+                with(&|f| f.foreign_lock = true),
+                Next::Destroy(DestroyInputs::Durable),
+            ),
+            (
+                "namespace terminating, destroyed, a foreign lock: clean up (the namespace takes it all)",
+                with(&|f| {
+                    f.namespace_terminating = true;
+                    f.finished.insert(0, job(Op::Destroy, true, 10));
+                    f.foreign_lock = true;
                 }),
                 Next::Cleanup(Why::Destroyed),
             ),

@@ -344,7 +344,16 @@ async fn perform<K: Workload>(
             let name = names::inputs_secret(K::KIND, &o.name);
             delete_if_present(&secrets, &name, Some(uid)).await?;
         }
-        Write::DeleteLock(name) => delete_if_present(&leases_api, &name, None).await?,
+        Write::DeleteState(secrets_read) => {
+            for read in secrets_read {
+                protection::delete_as_read(&secrets, &read)
+                    .await
+                    .map_err(Error::Kube)?;
+            }
+        }
+        Write::DeleteLock(read) => protection::delete_as_read(&leases_api, &read)
+            .await
+            .map_err(Error::Kube)?,
         Write::DeleteLeases { namespace, names } => {
             let api = Api::<Lease>::namespaced(ctx.client.clone(), &namespace);
             for name in names {

@@ -96,28 +96,42 @@ pub async fn live_jobs_of<K: Workload>(
 
 /// The runner container's end, and the image ID its pod reported: from
 /// the watched pods, else (the pod's last change not seen yet) read live.
+/// Only a pod that `job` controls counts: anyone who can create pods in the
+/// namespace can label one with the Job's name.
 pub async fn terminated(
     ctx: &Context,
     ns: &str,
-    job: &str,
+    job: &Job,
 ) -> Result<(Option<ContainerStateTerminated>, Option<String>), Error> {
-    let seen = ctx.watches.pods.labelled(ns, JOB_NAME_LABEL, job);
-    if let Some(end) = seen.iter().find_map(|p| runner_end(p)) {
+    let (name, uid) = (job.name_any(), job.uid().unwrap_or_default());
+    let seen = ctx.watches.pods.labelled(ns, JOB_NAME_LABEL, &name);
+    if let Some(end) = runner_end(seen.iter().map(|p| p.as_ref()), &uid) {
         return Ok(end);
     }
     let pods = Api::<Pod>::namespaced(ctx.client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("{JOB_NAME_LABEL}={job}")))
+        .list(&ListParams::default().labels(&format!("{JOB_NAME_LABEL}={name}")))
         .await
         .map_err(Error::Kube)?;
-    Ok(pods
-        .items
-        .iter()
-        .find_map(runner_end)
-        .unwrap_or((None, None)))
+    Ok(runner_end(pods.items.iter(), &uid).unwrap_or((None, None)))
+}
+
+/// The runner container's end and image ID in the first of `pods` that the
+/// Job of `job_uid` controls and whose runner terminated.
+fn runner_end<'a>(
+    pods: impl Iterator<Item = &'a Pod>,
+    job_uid: &str,
+) -> Option<(Option<ContainerStateTerminated>, Option<String>)> {
+    pods.filter(|p| {
+        !job_uid.is_empty()
+            && p.owner_references()
+                .iter()
+                .any(|r| r.controller == Some(true) && r.kind == "Job" && r.uid == job_uid)
+    })
+    .find_map(pod_runner_end)
 }
 
 /// The runner container's end and image ID, once it terminated.
-fn runner_end(pod: &Pod) -> Option<(Option<ContainerStateTerminated>, Option<String>)> {
+fn pod_runner_end(pod: &Pod) -> Option<(Option<ContainerStateTerminated>, Option<String>)> {
     let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
     let c = statuses.iter().find(|c| {
         c.name == crate::jobs::builder::SOURCE_CONTAINER
@@ -275,4 +289,60 @@ pub async fn lock(
 /// Whether a namespace's metadata says it is being deleted, or it is gone.
 pub fn terminating(namespace: Option<&ObjectMeta>) -> bool {
     namespace.is_none_or(|n| n.deletion_timestamp.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{ContainerState, ContainerStatus, PodStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+
+    fn pod(owner: Option<(&str, &str, bool)>, exit_code: i32) -> Pod {
+        let mut pod = Pod::default();
+        pod.metadata.owner_references = owner.map(|(kind, uid, controller)| {
+            vec![OwnerReference {
+                kind: kind.into(),
+                uid: uid.into(),
+                controller: Some(controller),
+                ..Default::default()
+            }]
+        });
+        pod.status = Some(PodStatus {
+            container_statuses: Some(vec![ContainerStatus {
+                name: crate::jobs::builder::SOURCE_CONTAINER.into(),
+                image_id: "sha256:abc".into(),
+                state: Some(ContainerState {
+                    terminated: Some(ContainerStateTerminated {
+                        exit_code,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn only_a_pod_the_job_controls_gives_its_result() {
+        let exit = |pods: &[Pod], uid: &str| {
+            runner_end(pods.iter(), uid).map(|(end, _)| end.map(|e| e.exit_code))
+        };
+        let own = pod(Some(("Job", "job-uid", true)), 0);
+        let forged = [
+            pod(None, 7),
+            pod(Some(("Job", "other-uid", true)), 7),
+            pod(Some(("Job", "job-uid", false)), 7),
+            pod(Some(("ReplicaSet", "job-uid", true)), 7),
+        ];
+        assert_eq!(exit(&forged, "job-uid"), None);
+        let mut all = forged.to_vec();
+        all.push(own);
+        assert_eq!(exit(&all, "job-uid"), Some(Some(0)));
+        // A Job without a uid (never from the API server) controls nothing.
+        assert_eq!(exit(&all, ""), None);
+    }
 }

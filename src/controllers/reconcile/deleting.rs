@@ -19,7 +19,9 @@ use crate::controllers::workload::Workload;
 use crate::jobs::away;
 use crate::jobs::digest;
 use crate::keys::ABANDON;
+use crate::locks::Verdict;
 use crate::names::{self, Kind, Op};
+use crate::protection::AsRead;
 use crate::state::StateReadable;
 
 /// A held deletion re-checks this often (ref Appendix B).
@@ -73,6 +75,10 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         finished: finished.to_vec(),
         failed_jobs_history_limit: c.settings.failed_jobs_history_limit,
         now: plan.draft.now(),
+        foreign_lock: matches!(
+            rest.lock,
+            Verdict::Foreign { .. } | Verdict::Unparsable { .. }
+        ),
     };
     let inputs = match deletion::next(&facts) {
         Next::WaitForDependents(n) => {
@@ -100,6 +106,7 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
                         .into()
                 }
                 (Hold::NamespaceTerminating, other, _) => other.message(),
+                (Hold::Locked, _, _) => rest.lock.message(),
                 (_, other, _) => other.reason().as_str().to_owned(),
             };
             let held = deletion::held(hold, &o.namespace, &o.suffix, &o.uid, &detail);
@@ -212,16 +219,18 @@ pub fn digest_unknown(image: &str) -> Note {
 /// Backups are left to the garbage collector, with the object.
 fn cleanup<K: Workload>(obj: &K, o: &Object, rest: &Rest, jobs: &[Job], why: Why, plan: &mut Plan) {
     let base = names::state_secret(&o.suffix);
-    let state: Vec<String> = rest
+    let state: Vec<AsRead> = rest
         .snapshot
         .secrets
         .iter()
-        .map(|s| s.name_any())
-        .filter(|n| *n == base || names::state_chunk_index(&o.suffix, n).is_some())
+        .filter_map(|s| AsRead::of(&s.metadata))
+        .filter(|s| s.name == base || names::state_chunk_index(&o.suffix, &s.name).is_some())
         .collect();
-    plan.writes.push(Write::DeleteSecrets(state));
-    plan.writes
-        .push(Write::DeleteLock(names::state_lock_lease(&o.suffix)));
+    plan.writes.push(Write::DeleteState(state));
+    // A Lease the watch has not shown is not known to be ours to delete.
+    if let Some(lease) = &rest.lock_lease {
+        plan.writes.push(Write::DeleteLock(lease.clone()));
+    }
     if let Some(uid) = rest.durable.as_ref().and_then(|d| d.metadata.uid.clone()) {
         plan.writes.push(Write::DeleteDurable { uid });
     }

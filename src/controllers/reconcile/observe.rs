@@ -28,6 +28,7 @@ use crate::jobs::variables::{self, SourceKind};
 use crate::keys::CLUSTER_NAME_LABEL;
 use crate::locks::Verdict;
 use crate::names::{self, Kind};
+use crate::protection::AsRead;
 use crate::state::{self, StateReadable};
 
 /// What one pass read.
@@ -63,6 +64,8 @@ pub struct Rest {
     /// The object's backups.
     pub backups: Arc<Listed>,
     pub lock: Verdict,
+    /// The state lock Lease as the watch last saw it.
+    pub lock_lease: Option<AsRead>,
     /// Each `variablesFrom` source's data, in spec order; None when missing
     /// or not opted in. Empty for a machine that was applied.
     pub sources: Vec<Option<BTreeMap<String, Vec<u8>>>>,
@@ -106,7 +109,7 @@ pub async fn observe<K: Workload>(
     for u in &ledger.unsettled {
         let name = u.job.name_any();
         let ns = u.job.namespace().unwrap_or_else(|| o.namespace.clone());
-        let (end, image_id) = cached::terminated(ctx, &ns, &name).await?;
+        let (end, image_id) = cached::terminated(ctx, &ns, u.job).await?;
         if let Some(id) = image_id {
             image_ids.insert(name.clone(), id);
         }
@@ -216,6 +219,11 @@ async fn rest<K: Workload>(
     })
     .await?;
     let lock = cached::lock(ctx, o, K::KIND, away).await?;
+    let lock_lease = ctx
+        .watches
+        .lock_leases
+        .get(ns, &names::state_lock_lease(&o.suffix))
+        .and_then(|lease| AsRead::of(&lease.metadata));
 
     // A machine or pool whose cluster is gone still destroys with the
     // identity its apply used (ref §8.6: a missing owner never blocks a
@@ -264,6 +272,7 @@ async fn rest<K: Workload>(
         snapshot,
         backups,
         lock,
+        lock_lease,
         sources,
         dependents,
         namespace_terminating,

@@ -22,6 +22,7 @@ use crate::metrics::{
     ApprovalResult, BackupResult, JobResult, RemediationAction, RestoreResult, StateReadError,
 };
 use crate::names::Op;
+use crate::protection::AsRead;
 
 /// The status a pass writes, and the condition transitions it made.
 #[derive(Clone, Debug)]
@@ -262,12 +263,14 @@ pub enum Write {
     Start(Box<Start>),
     /// Cleanup (ref §8.6), each step idempotent.
     DeleteSecrets(Vec<String>),
+    /// The state Secrets, each only as it was read.
+    DeleteState(Vec<AsRead>),
     /// The durable inputs Secret, by the uid it was read with.
     DeleteDurable {
         uid: String,
     },
-    /// The state lock, protected.
-    DeleteLock(String),
+    /// The state lock Lease, protected, only as it was seen.
+    DeleteLock(AsRead),
     /// CAPTF's own Leases, never protected, in this namespace.
     DeleteLeases {
         namespace: String,
