@@ -317,6 +317,15 @@ pub fn label_value(name: &str) -> String {
     }
 }
 
+/// Whether the label value `value` may be the hashed form [`label_value`]
+/// gives a name too long for a label (16 lowercase hex characters).
+pub fn may_be_label_hash(value: &str) -> bool {
+    value.len() == 16
+        && value
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
 /// Whether `hostname` (the part of a lock's `Who` after the last `@`) is a pod
 /// of one of this object's own runner Jobs: anchored at both ends,
 /// `captf-<ks>-<name or its hash>-(apply|plan|destroy|refresh|drift|restore)-a[1-9][0-9]*-[0-9a-f]{6}-[a-z0-9]{5}`.
@@ -636,6 +645,10 @@ mod tests {
         let over = "a".repeat(64);
         assert_eq!(label_value(&over), sha256_hex(over.as_bytes())[..16]);
         assert_eq!(label_value(&over).len(), 16);
+        // Every hashed value is recognised as one; a short name rarely.
+        assert!(may_be_label_hash(&label_value(&over)));
+        assert!(!may_be_label_hash(&label_value("short")));
+        assert!(!may_be_label_hash("0123456789abcdeF"));
     }
 
     #[test]

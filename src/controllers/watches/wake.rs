@@ -67,13 +67,26 @@ impl<K: Workload> Target<K> {
         if let Some(uid) = labels.get(OWNER_UID_LABEL) {
             return self.each(|o| o.meta().uid.as_ref() == Some(uid));
         }
-        let (Some(ns), Some(name)) = (meta.namespace.as_deref(), labels.get(OWNER_NAME_LABEL))
+        let (Some(ns), Some(value)) = (meta.namespace.as_deref(), labels.get(OWNER_NAME_LABEL))
         else {
             return;
         };
-        self.each(|o| {
-            o.meta().namespace.as_deref() == Some(ns) && names::label_value(&o.name_any()) == *name
-        });
+        // The label is the name itself, looked up at once; only a name too
+        // long for a label is labelled by its hash, and only for a value that
+        // may be one are the namespace's long names hashed and compared.
+        let named = ObjectRef::new(value).within(ns);
+        if self.store.get(&named).is_some() {
+            self.send(named);
+        }
+        if names::may_be_label_hash(value) {
+            self.each(|o| {
+                o.meta().namespace.as_deref() == Some(ns)
+                    && o.meta()
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.len() > value.len() && names::label_value(n) == *value)
+            });
+        }
     }
 
     /// The objects of `ns` whose cluster-name label is `cluster`.
