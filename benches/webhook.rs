@@ -439,6 +439,15 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
+/// A whole response body.
+async fn read_all<B>(body: B) -> Bytes
+where
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    body.collect().await.expect("a body").to_bytes()
+}
+
 /// Sends `body` to `path` through `router` in process, one request alone:
 /// the peak heap growth while it is served, the time it took, the answer.
 async fn measure(router: &Router, path: &str, body: &Bytes) -> (isize, Duration, Value) {
@@ -452,12 +461,7 @@ async fn measure(router: &Router, path: &str, body: &Bytes) -> (isize, Duration,
     COUNTING.store(true, Ordering::SeqCst);
     let started = Instant::now();
     let response = service.oneshot(request).await.expect("a response");
-    let answer = response
-        .into_body()
-        .collect()
-        .await
-        .expect("a body")
-        .to_bytes();
+    let answer = read_all(response.into_body()).await;
     let elapsed = started.elapsed();
     COUNTING.store(false, Ordering::SeqCst);
     let answer = serde_json::from_slice(&answer).expect("an AdmissionReview");
@@ -619,12 +623,7 @@ fn main() {
                 .body(Full::new(body.clone()))
                 .expect("a request");
             let response = sender.send_request(request).await.expect("a response");
-            let answer = response
-                .into_body()
-                .collect()
-                .await
-                .expect("a body")
-                .to_bytes();
+            let answer = read_all(response.into_body()).await;
             let answer: Value = serde_json::from_slice(&answer).expect("an AdmissionReview");
             assert_eq!(
                 answer["response"]["allowed"], true,

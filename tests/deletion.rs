@@ -34,6 +34,19 @@ async fn applied_pair(env: &Env, variables: Option<captf::api::Variables>) -> Te
     env.api::<TerraformMachine>().get("m").await.unwrap()
 }
 
+/// Cluster `c` and its machine `m` under an identity that does not allow
+/// the namespace: nothing of them ever applies.
+async fn never_applying_pair(env: &Env) {
+    let elsewhere = format!("elsewhere-{}", env.ns);
+    env.identity_allowing(&elsewhere, "elsewhere").await;
+    let workspace = WorkspaceSpec {
+        identity_ref: Some(IdentityReference { name: elsewhere }),
+        ..noop(None)
+    };
+    env.create_cluster("c", workspace.clone()).await;
+    env.create_machine("m", "c", workspace).await;
+}
+
 /// How often an event happened: the recorder folds repeats into a series.
 fn occurrences(events: &[Event]) -> i32 {
     events
@@ -240,15 +253,7 @@ async fn deleting_an_applied_machine_destroys_then_cleans_up() {
 #[tokio::test]
 async fn deleting_a_never_applied_machine_removes_it_at_once() {
     let env = setup(MANAGER, "del-never", &[], &[]).await;
-    // An identity that does not allow this namespace: nothing ever applies.
-    let elsewhere = format!("elsewhere-{}", env.ns);
-    env.identity_allowing(&elsewhere, "elsewhere").await;
-    let workspace = WorkspaceSpec {
-        identity_ref: Some(IdentityReference { name: elsewhere }),
-        ..noop(None)
-    };
-    env.create_cluster("c", workspace.clone()).await;
-    env.create_machine("m", "c", workspace).await;
+    never_applying_pair(&env).await;
     within(
         &env,
         60,
@@ -338,16 +343,9 @@ async fn cleanup_deletes_a_state_secret_only_as_it_was_read() {
 #[tokio::test]
 async fn a_foreign_lock_holds_the_cleanup_until_it_is_released() {
     let env = setup(MANAGER, "del-locked", &[], &[]).await;
-    // Never applied (its identity refuses the namespace): cleanup is due at
-    // once on deletion, and nothing else takes the lock.
-    let elsewhere = format!("elsewhere-{}", env.ns);
-    env.identity_allowing(&elsewhere, "elsewhere").await;
-    let workspace = WorkspaceSpec {
-        identity_ref: Some(IdentityReference { name: elsewhere }),
-        ..noop(None)
-    };
-    env.create_cluster("c", workspace.clone()).await;
-    env.create_machine("m", "c", workspace).await;
+    // Never applied: cleanup is due at once on deletion, and nothing else
+    // takes the lock.
+    never_applying_pair(&env).await;
     within(&env, 60, "the machine has its finalizer", || async {
         env.finalizers::<TerraformMachine>("m")
             .await

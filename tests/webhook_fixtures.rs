@@ -16,6 +16,19 @@ use http_body_util::BodyExt;
 use serde_json::Value;
 use tower::ServiceExt;
 
+/// `body` sent to `hook` as the API server sends it.
+async fn post(app: &axum::Router, hook: &str, body: impl Into<Body>) -> axum::response::Response {
+    app.clone()
+        .oneshot(
+            Request::post(hook)
+                .header("content-type", "application/json")
+                .body(body.into())
+                .unwrap(),
+        )
+        .await
+        .unwrap()
+}
+
 fn fixtures() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("webhooks");
     let mut found = Vec::new();
@@ -102,16 +115,7 @@ async fn every_fixture_gets_its_expected_response() {
         let expected: Value =
             serde_json::from_slice(&std::fs::read(&response_path).unwrap()).unwrap();
 
-        let response = app
-            .clone()
-            .oneshot(
-                Request::post(hook)
-                    .header("content-type", "application/json")
-                    .body(Body::from(body))
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
+        let response = post(&app, hook, body).await;
         assert_eq!(
             response.status(),
             StatusCode::OK,
@@ -169,16 +173,7 @@ async fn an_object_past_the_values_cap_is_refused() {
     ];
     for (hook, body, field) in cases {
         assert!(body.len() <= captf::server::webhook::BODY_LIMIT);
-        let response = app
-            .clone()
-            .oneshot(
-                Request::post(hook)
-                    .header("content-type", "application/json")
-                    .body(Body::from(body))
-                    .unwrap(),
-            )
-            .await
-            .unwrap();
+        let response = post(&app, hook, body).await;
         assert_eq!(response.status(), StatusCode::OK);
         let bytes = response.into_body().collect().await.unwrap().to_bytes();
         let review: Value = serde_json::from_slice(&bytes).unwrap();
@@ -195,15 +190,7 @@ async fn an_object_past_the_values_cap_is_refused() {
 
     // The same list, short enough, is fine.
     let fine = cluster_with_list(&format!("[{}]", vec!["0"; 60_000].join(",")));
-    let response = app
-        .oneshot(
-            Request::post("/validate")
-                .header("content-type", "application/json")
-                .body(Body::from(review_of("UPDATE", &fine, &fine)))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let response = post(&app, "/validate", review_of("UPDATE", &fine, &fine)).await;
     let bytes = response.into_body().collect().await.unwrap().to_bytes();
     let review: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(review["response"]["allowed"], true, "{review}");
