@@ -1222,6 +1222,62 @@ async fn state_serial(env: &Env, suffix: &str) -> (i64, Vec<u8>) {
     (doc["serial"].as_i64().unwrap(), tfstate)
 }
 
+/// A Job whose per-run Secret is refused is deleted at once and its run
+/// lease released: left, its pod would wait for the Secret until the
+/// deadline, and no later pass creates the Secret for an active Job. The
+/// next start waits 10 s, so the Job's own events do not spin the pass.
+#[tokio::test]
+async fn a_job_whose_run_secret_is_refused_is_undone_and_started_again() {
+    let env = setup(MANAGER, "runsecret", &[], &[]).await;
+    let probe = refusal::creating_secret(env.secrets(), "captf-run-probe");
+    let refusal = Refusal::install(
+        &env.client,
+        &env.ns,
+        &["CREATE"],
+        "secrets",
+        "!object.metadata.name.startsWith('captf-run-')",
+        probe,
+    )
+    .await;
+    env.cluster("c", NOOP, None).await;
+    let refused = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("reconcile failed") && l.contains("\"captf-run-"))
+            .count()
+    };
+    within(&env, 60, "a start refused", || async {
+        (refused(&env.manager.log()) > 0).then_some(())
+    })
+    .await;
+    let first = refused(&env.manager.log());
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    let tries = refused(&env.manager.log()) - first;
+    assert!(tries <= 3, "{tries} starts in 15 s");
+    let left: Vec<String> = env
+        .jobs()
+        .await
+        .iter()
+        .filter(|j| j.metadata.deletion_timestamp.is_none())
+        .map(|j| j.name_any())
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "{}", env.context());
+    let lease = names::run_lease(&env.suffix(Kind::Cluster, "c"));
+    let held = env
+        .leases()
+        .get_opt(&lease)
+        .await
+        .unwrap()
+        .and_then(|l| l.spec?.holder_identity);
+    assert_eq!(held, None, "the run lease is still held");
+
+    // Once Secrets may be created, a start goes through and applies.
+    refusal.remove().await;
+    within(&env, 120, "the cluster applied", || async {
+        env.cluster_status("c").await.filter(applied)
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_refused_backup_copy_is_retried_on_the_next_reconcile() {
     let env = setup(MANAGER, "backup-retry", &[], &["--sync-period=10s"]).await;

@@ -53,6 +53,8 @@ pub struct Context {
     pub sweeps: tokio::sync::mpsc::UnboundedSender<String>,
     /// The view of the cluster the passes read.
     pub watches: Arc<Watches>,
+    /// Starts undone because their per-run Secret was refused.
+    pub undone_starts: reconcile::UndoneStarts,
 }
 
 /// The manager flags the reconcilers use.
@@ -188,6 +190,7 @@ pub async fn run(
         settings: settings.clone(),
         sweeps,
         watches: watches.clone(),
+        undone_starts: Default::default(),
     });
 
     let stores = (

@@ -3,14 +3,16 @@
 //! durable inputs, the Job and its per-run Secret. A lease held by another
 //! Job ends the start without an error: the object waits.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use tracing::info;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use tracing::{info, warn};
 
 use super::Object;
 use super::has_annotation;
@@ -42,6 +44,37 @@ pub enum Launched {
     },
 }
 
+/// How long a start that had to be undone waits before the next try. Its
+/// Job's creation and deletion wake the object at once, and the API server
+/// would refuse the same Secret again.
+pub const UNDONE_START_WAIT: Duration = Duration::from_secs(10);
+
+/// The objects whose last start was undone, and when: kept in memory only
+/// (a restarted manager tries once more at once), an entry dropped on the
+/// object's next start or once it is [`UNDONE_START_WAIT`] old.
+#[derive(Default)]
+pub struct UndoneStarts(Mutex<HashMap<String, Instant>>);
+
+impl UndoneStarts {
+    /// The wait left before the object of `uid` may start again.
+    fn wait(&self, uid: &str) -> Option<Duration> {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let left = UNDONE_START_WAIT.checked_sub(map.get(uid)?.elapsed())?;
+        (!left.is_zero()).then_some(left)
+    }
+
+    fn undone(&self, uid: &str) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, at| at.elapsed() < UNDONE_START_WAIT);
+        map.insert(uid.to_owned(), Instant::now());
+    }
+
+    fn started(&self, uid: &str) {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(uid);
+    }
+}
+
 pub async fn launch<K: Workload>(
     ctx: &Context,
     obj: &K,
@@ -55,6 +88,11 @@ pub async fn launch<K: Workload>(
     };
     if !ready {
         return Ok(Launched::Waiting { recheck: None });
+    }
+    if let Some(left) = ctx.undone_starts.wait(&o.uid) {
+        return Ok(Launched::Waiting {
+            recheck: Some(left),
+        });
     }
     let job_name = start.job.metadata.name.clone().unwrap_or_default();
     // Where the Job, its per-run Secret and the leases it takes go.
@@ -209,7 +247,7 @@ pub async fn launch<K: Workload>(
             return Err(Error::Kube(e));
         }
     };
-    let mut secret = start.run_secret;
+    let mut secret = start.run_secret.clone();
     if builder::own_run_secret(&mut secret, &created).is_err() {
         return Err(Error::MissingMetadata("uid on the created Job"));
     }
@@ -223,9 +261,27 @@ pub async fn launch<K: Workload>(
         match secrets.create(&PostParams::default(), secret).await {
             Ok(_) => {}
             Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(Error::Kube(e)),
+            Err(e) => {
+                // Its pod would wait for the Secret, holding the run lease,
+                // and no later pass creates it for an active Job: the start
+                // is undone, and a later pass starts afresh.
+                let only_this = DeleteParams {
+                    preconditions: created.metadata.uid.clone().map(|uid| Preconditions {
+                        uid: Some(uid),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::background()
+                };
+                if let Err(undo) = jobs_api.delete(&job_name, &only_this).await {
+                    warn!(namespace = %site, job = %job_name, "deleting the Job whose per-run Secret could not be created: {undo}");
+                }
+                ctx.undone_starts.undone(&o.uid);
+                release(ctx, o, &start, &job_name).await?;
+                return Err(Error::Kube(e));
+            }
         }
     }
+    ctx.undone_starts.started(&o.uid);
     info!(namespace = %o.namespace, name = %o.name, job = %job_name, job_namespace = %site, "started {} Job: {}", start.op.as_str(), start.why);
     for note in start.job_notes {
         record(ctx, obj, o, &note.about(&created)).await;

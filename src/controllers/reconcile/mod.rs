@@ -28,6 +28,8 @@ mod remediate;
 mod settle;
 mod start;
 
+pub use launch::UndoneStarts;
+
 use std::sync::Arc;
 use std::time::Duration;
 
