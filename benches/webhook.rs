@@ -35,7 +35,7 @@ use axum::http::{Request, header};
 use axum::routing::post;
 use captf::server::dev_certs::DevCa;
 use captf::server::listeners::serve;
-use captf::server::tls::{self, ReloadingCert, TlsListener};
+use captf::server::tls::{self, ReloadingCert};
 use captf::server::webhook::{self, BODY_LIMIT};
 use captf::webhooks::decode::{MAX_VALUES, OBJECT_WEIGHT};
 use captf::webhooks::handler::Webhooks;
@@ -584,8 +584,7 @@ fn main() {
             .await
             .expect("bind");
         let port = tcp.local_addr().expect("an address").port();
-        let listener = TlsListener::new(tcp, config).expect("a TLS listener");
-        tokio::spawn(serve("bench", listener, router.clone(), stopped));
+        tokio::spawn(serve("bench", tcp, Some(config), router.clone(), stopped));
         port
     });
 

@@ -717,6 +717,20 @@ async fn get_metrics(port: u16, token: Option<&str>) -> (StatusCode, String) {
     (status, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// The TokenReviews the API server has answered, from its own metrics.
+async fn token_reviews(client: &kube::Client) -> f64 {
+    let text = client
+        .request_text(http::Request::get("/metrics").body(Vec::new()).unwrap())
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| {
+            l.starts_with("apiserver_request_total{") && l.contains("resource=\"tokenreviews\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 #[tokio::test]
 async fn metrics_need_a_token_whose_user_may_get_metrics() {
     let plane = controlplane::shared();
@@ -804,6 +818,15 @@ async fn metrics_need_a_token_whose_user_may_get_metrics() {
         !manager.log().contains(&token),
         "the token must never be logged"
     );
+
+    // The verdict is kept for a while: scrapes in a row cost no more reviews.
+    let reviews_before = token_reviews(&client).await;
+    for _ in 0..10 {
+        let (status, _) = get_metrics(manager.diagnostics, Some(&token)).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let reviews = token_reviews(&client).await - reviews_before;
+    assert!(reviews <= 1.0, "{reviews} TokenReviews for 10 scrapes");
 
     let _ = bindings.delete(&role_name, &DeleteParams::default()).await;
     let _ = roles.delete(&role_name, &DeleteParams::default()).await;

@@ -6,7 +6,6 @@
 //! drain their connections (for at most [`DRAIN_TIMEOUT`]); the health
 //! listener stops last.
 
-use std::fmt::Debug;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
@@ -20,10 +19,11 @@ use tracing::{info, warn};
 
 use crate::metrics::Metrics;
 use crate::server::ServerError;
+use crate::server::connections::{self, Limits};
 use crate::server::diagnostics::{self, Access};
 use crate::server::flags::Flags;
 use crate::server::health::{self, GATE_WEBHOOK, Readiness};
-use crate::server::tls::{self, ReloadingCert, TlsListener};
+use crate::server::tls::{self, ReloadingCert};
 use crate::server::webhook::{self, AdmissionHandler};
 
 /// How long open connections may take to finish once a listener stops.
@@ -59,6 +59,7 @@ impl Listeners {
         let health = tokio::spawn(serve(
             "health",
             listener,
+            None,
             health::router(readiness.clone()),
             health_stopped,
         ));
@@ -73,16 +74,12 @@ impl Listeners {
         .map_err(ServerError::WebhookCert)?;
         let config = tls::server_config(Arc::new(certs)).map_err(ServerError::WebhookCert)?;
         let (tcp, webhook_addr) = bind("webhook", flags.webhook_addr()).await?;
-        let listener = TlsListener::new(tcp, config).map_err(|source| ServerError::Bind {
-            listener: "webhook",
-            addr: webhook_addr,
-            source,
-        })?;
         serving.push((
             "webhook",
             tokio::spawn(serve(
                 "webhook",
-                listener,
+                tcp,
+                Some(config),
                 webhook::router(handler),
                 stopped.clone(),
             )),
@@ -97,11 +94,11 @@ impl Listeners {
                 None
             }
             Some(addr) if flags.insecure_diagnostics => {
-                let (listener, addr) = bind("diagnostics", addr).await?;
+                let (tcp, addr) = bind("diagnostics", addr).await?;
                 let router = diagnostics::router(metrics, Access::Anyone);
                 serving.push((
                     "diagnostics",
-                    tokio::spawn(serve("diagnostics", listener, router, stopped)),
+                    tokio::spawn(serve("diagnostics", tcp, None, router, stopped)),
                 ));
                 warn!(%addr, "serving /metrics over plain HTTP without authentication (--insecure-diagnostics)");
                 Some(addr)
@@ -111,16 +108,10 @@ impl Listeners {
                     diagnostics::resolver(metrics_cert_dir).map_err(ServerError::MetricsCert)?;
                 let config = tls::server_config(resolver).map_err(ServerError::MetricsCert)?;
                 let (tcp, addr) = bind("diagnostics", addr).await?;
-                let listener =
-                    TlsListener::new(tcp, config).map_err(|source| ServerError::Bind {
-                        listener: "diagnostics",
-                        addr,
-                        source,
-                    })?;
-                let router = diagnostics::router(metrics, Access::Authorized(client));
+                let router = diagnostics::router(metrics, Access::authorized(client));
                 serving.push((
                     "diagnostics",
-                    tokio::spawn(serve("diagnostics", listener, router, stopped)),
+                    tokio::spawn(serve("diagnostics", tcp, Some(config), router, stopped)),
                 ));
                 info!(%addr, "serving /metrics over HTTPS with TokenReview and SubjectAccessReview");
                 Some(addr)
@@ -176,33 +167,12 @@ async fn bind(
 
 /// Serves `router` until `stop` turns true, then lets open connections
 /// finish for at most [`DRAIN_TIMEOUT`].
-pub async fn serve<L>(
+pub async fn serve(
     name: &'static str,
-    listener: L,
+    tcp: TcpListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
     router: Router,
-    mut stop: watch::Receiver<bool>,
-) where
-    L: axum::serve::Listener,
-    L::Addr: Debug,
-{
-    let mut graceful = stop.clone();
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(async move {
-            // A dropped sender also means stop.
-            let _ = graceful.wait_for(|stop| *stop).await;
-        })
-        .into_future();
-    let deadline = async {
-        let _ = stop.wait_for(|stop| *stop).await;
-        tokio::time::sleep(DRAIN_TIMEOUT).await;
-    };
-    tokio::select! {
-        result = server => {
-            if let Err(e) = result {
-                warn!(listener = name, "serving failed: {e}");
-            }
-        }
-        () = deadline => warn!(listener = name, "connections still open after {DRAIN_TIMEOUT:?}, stopping anyway"),
-    }
-    info!(listener = name, "stopped");
+    stop: watch::Receiver<bool>,
+) {
+    connections::serve(name, tcp, tls, router, stop, Limits::SERVING, DRAIN_TIMEOUT).await;
 }

@@ -9,16 +9,11 @@
 //! a rotation gets the new certificate without a restart. Files that do not
 //! parse, or a key that does not match its certificate (a rotation seen
 //! half-way), leave the previous pair in use.
-//!
-//! [`TlsListener`] is an axum listener that does the handshakes in tasks of
-//! their own, so that one slow client does not hold up the others.
 
 use std::fmt;
 use std::io;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
@@ -27,20 +22,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
 use sha2::{Digest, Sha256};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
-use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 use tracing::{info, warn};
 
 use crate::error::{Categorized, Category};
 use crate::server::dev_certs::{DevCa, DevCertError};
-
-/// A handshake that takes longer than this is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in flight at once; further connections wait in the backlog.
-const MAX_HANDSHAKES: usize = 256;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -244,93 +229,6 @@ fn fingerprint(key: &CertifiedKey) -> String {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// A TCP listener whose connections come out TLS-terminated.
-pub struct TlsListener {
-    incoming: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local_addr: SocketAddr,
-    acceptor: JoinHandle<()>,
-}
-
-impl TlsListener {
-    pub fn new(tcp: TcpListener, config: Arc<ServerConfig>) -> io::Result<Self> {
-        let local_addr = tcp.local_addr()?;
-        let (tx, incoming) = mpsc::channel(64);
-        let acceptor = tokio::spawn(accept_loop(tcp, TlsAcceptor::from(config), tx));
-        Ok(Self {
-            incoming,
-            local_addr,
-            acceptor,
-        })
-    }
-}
-
-impl Drop for TlsListener {
-    // Closes the socket as soon as the server is done with the listener.
-    fn drop(&mut self) {
-        self.acceptor.abort();
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.incoming.recv().await {
-            Some(connection) => connection,
-            // The accept loop only ends once this receiver is gone.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.local_addr)
-    }
-}
-
-async fn accept_loop(
-    tcp: TcpListener,
-    acceptor: TlsAcceptor,
-    tx: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
-) {
-    let handshakes = Arc::new(Semaphore::new(MAX_HANDSHAKES));
-    loop {
-        let Ok(permit) = handshakes.clone().acquire_owned().await else {
-            return;
-        };
-        let (stream, peer) = tokio::select! {
-            _ = tx.closed() => return,
-            accepted = tcp.accept() => match accepted {
-                Ok(connection) => connection,
-                Err(e) => {
-                    // Out of file descriptors and the like: wait, then retry.
-                    warn!(addr = ?tcp.local_addr().ok(), "accepting a connection: {e}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        // Without it, a response written in two pieces waits for the
-        // client's delayed ACK: about 40 ms per request (seen in the benchmark).
-        if let Err(e) = stream.set_nodelay(true) {
-            info!(%peer, "setting TCP_NODELAY: {e}");
-        }
-        let acceptor = acceptor.clone();
-        let tx = tx.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                Ok(Ok(tls)) => {
-                    // A closed channel means the server stopped: drop the connection.
-                    let _ = tx.send((tls, peer)).await;
-                }
-                Ok(Err(e)) => info!(%peer, "TLS handshake failed: {e}"),
-                Err(_) => info!(%peer, "TLS handshake timed out"),
-            }
-        });
-    }
 }
 
 #[cfg(test)]

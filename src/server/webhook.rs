@@ -5,10 +5,13 @@
 //! request's UID. The rules themselves live with the handler. What one
 //! request may cost is bounded here:
 //!
-//! - at most [`MAX_IN_FLIGHT`] requests are in the routes at once, counted
-//!   before a body is read; past that a request gets HTTP 429 with
+//! - bodies are limited to [`BODY_LIMIT`] and never buffered past it, and
+//!   the bodies being read hold at most [`BODY_BUDGET`] bytes together,
+//!   counted as they arrive: a client that sends its body slowly holds
+//!   only the bytes it sent (and the connection's request timeout ends it);
+//! - at most [`MAX_IN_FLIGHT`] requests are judged at once, once their
+//!   bodies are read. Past either bound a request gets HTTP 429 with
 //!   `Retry-After: 1` at once;
-//! - bodies are limited to [`BODY_LIMIT`] and never buffered past it;
 //! - the envelope is parsed once, borrowing from the body: `object` and
 //!   `oldObject` stay JSON text ([`RawValue`]) until a rule decodes the typed
 //!   object it needs (see [`crate::webhooks::decode`]).
@@ -22,29 +25,34 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use bytes::BytesMut;
+use http_body_util::BodyExt;
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::core::admission::{AdmissionResponse, META_API_VERSION_V1, META_KIND, Operation};
 use kube::core::{GroupVersionKind, Status, TypeMeta};
 use serde::Deserialize;
 use serde_json::value::RawValue;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::debug;
 
 /// The largest request body accepted (CONTRACT). etcd keeps objects under
 /// 1.5 MiB by default, so an UPDATE carrying an object and its old version fits.
 pub const BODY_LIMIT: usize = 3 * 1024 * 1024;
 
-/// The most requests in the webhook routes at once, bodies being read
-/// included. With [`BODY_LIMIT`] and the per-object cap on JSON values
-/// ([`crate::webhooks::decode::MAX_VALUES`]) it bounds the webhook's memory;
-/// the rules take microseconds, so 16 only fill up under a flood.
+/// The most requests being judged at once, their bodies read. With the
+/// per-object cap on JSON values ([`crate::webhooks::decode::MAX_VALUES`])
+/// it bounds the memory of decoding; the rules take microseconds, so 16
+/// only fill up under a flood.
 pub const MAX_IN_FLIGHT: usize = 16;
+
+/// The most bytes of request bodies held at once while they are read (the
+/// buffers' capacity), across requests: sixteen bodies at [`BODY_LIMIT`].
+pub const BODY_BUDGET: usize = MAX_IN_FLIGHT * BODY_LIMIT;
 
 /// An AdmissionReview's request as the rules read it. `object` and
 /// `oldObject` are the JSON text of the objects, borrowed from the request
@@ -115,10 +123,12 @@ pub trait AdmissionHandler: Send + Sync + 'static {
     -> impl Future<Output = AdmissionResponse> + Send;
 }
 
-/// What the routes share: the rules and the in-flight permits.
+/// What the routes share: the rules, the in-flight permits and the bytes
+/// of bodies being read.
 struct Shared<H> {
     handler: Arc<H>,
     in_flight: Semaphore,
+    bodies: Semaphore,
 }
 
 /// The `/validate` and `/mutate` routes over `handler`.
@@ -126,6 +136,7 @@ pub fn router<H: AdmissionHandler>(handler: Arc<H>) -> Router {
     let shared = Arc::new(Shared {
         handler,
         in_flight: Semaphore::new(MAX_IN_FLIGHT),
+        bodies: Semaphore::new(BODY_BUDGET),
     });
     Router::new()
         .route("/validate", post(validate::<H>))
@@ -154,13 +165,12 @@ async fn mutate<H: AdmissionHandler>(
 }
 
 async fn admit<H: AdmissionHandler>(hook: Hook, shared: &Shared<H>, request: Request) -> Response {
-    // Taken before the body is read, so that bodies being read count too.
-    let Ok(_permit) = shared.in_flight.try_acquire() else {
-        return refuse(hook, Rejection::Busy);
-    };
-    let body = match read_body(request).await {
+    let (body, _bytes) = match read_body(request, &shared.bodies).await {
         Ok(body) => body,
         Err(rejection) => return refuse(hook, rejection),
+    };
+    let Ok(_judging) = shared.in_flight.try_acquire() else {
+        return refuse(hook, Rejection::Busy);
     };
     let request = match parse_review(&body) {
         Ok(request) => request,
@@ -210,7 +220,7 @@ impl Rejection {
     fn message(&self) -> String {
         match self {
             Rejection::Busy => {
-                format!("{MAX_IN_FLIGHT} admission requests are already being served; try again")
+                "too many admission requests are being read or judged; try again".into()
             }
             Rejection::TooLarge => format!("request body larger than {BODY_LIMIT} bytes"),
             Rejection::Unreadable(e) => format!("reading the request body: {e}"),
@@ -241,17 +251,48 @@ impl IntoResponse for Rejection {
     }
 }
 
-async fn read_body(request: Request) -> Result<Bytes, Rejection> {
+/// Reads at most [`BODY_LIMIT`] bytes: a longer body stops being read as
+/// soon as it passes the limit, whatever its declared length. The bytes
+/// held come out of `budget` as they arrive, and go back with the permit.
+async fn read_body(
+    request: Request,
+    budget: &Semaphore,
+) -> Result<(Bytes, SemaphorePermit<'_>), Rejection> {
     // A declared length over the limit is refused before reading a byte.
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > BODY_LIMIT as u64) {
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > BODY_LIMIT) {
         return Err(Rejection::TooLarge);
     }
-    read_limited(request.into_body()).await
+    let mut buffer = BytesMut::new();
+    let mut held = take(budget, 0)?;
+    let mut body = request.into_body();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| Rejection::Unreadable(e.to_string()))?;
+        // Trailers carry nothing a review needs.
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let length = buffer.len() + data.len();
+        if length > BODY_LIMIT {
+            return Err(Rejection::TooLarge);
+        }
+        buffer.reserve(declared.unwrap_or(length).max(length) - buffer.len());
+        let more = buffer.capacity().saturating_sub(held.num_permits());
+        if more > 0 {
+            held.merge(take(budget, more)?);
+        }
+        buffer.extend_from_slice(&data);
+    }
+    Ok((buffer.freeze(), held))
+}
+
+fn take(budget: &Semaphore, bytes: usize) -> Result<SemaphorePermit<'_>, Rejection> {
+    let bytes = u32::try_from(bytes).map_err(|_| Rejection::TooLarge)?;
+    budget.try_acquire_many(bytes).map_err(|_| Rejection::Busy)
 }
 
 /// The review's request, borrowing the objects' text from `body`.
@@ -270,16 +311,6 @@ fn parse_review(body: &[u8]) -> Result<ReviewRequest<'_>, Rejection> {
         .ok_or_else(|| Rejection::NotAReview("it has no request".into()))
 }
 
-/// Reads at most [`BODY_LIMIT`] bytes: a longer body stops being read as soon
-/// as it passes the limit, whatever its declared length.
-async fn read_limited(body: Body) -> Result<Bytes, Rejection> {
-    match Limited::new(body, BODY_LIMIT).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(Rejection::TooLarge),
-        Err(e) => Err(Rejection::Unreadable(e.to_string())),
-    }
-}
-
 /// A client's string, cut short for an error message.
 fn clip(s: &str) -> String {
     s.chars().take(64).collect()
@@ -291,6 +322,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::{Context, Poll};
 
+    use axum::body::Body;
     use kube::core::DynamicObject;
     use kube::core::admission::AdmissionReview;
     use tower::ServiceExt;
@@ -517,7 +549,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn past_the_in_flight_limit_a_request_gets_429_at_once_unread() {
+    async fn past_the_in_flight_limit_a_request_gets_429_at_once() {
         let held = Arc::new(Held {
             entered: Semaphore::new(0),
             release: Semaphore::new(0),
@@ -541,12 +573,8 @@ mod tests {
         let all_in = u32::try_from(MAX_IN_FLIGHT).unwrap();
         held.entered.acquire_many(all_in).await.unwrap().forget();
 
-        // One more: refused without waiting and without reading its body.
-        let read = Arc::new(AtomicUsize::new(0));
-        let body = Body::new(Counting {
-            left: 1024,
-            read: read.clone(),
-        });
+        // One more: refused without waiting.
+        let body = review("one-more", "x").to_string().into();
         let response = tokio::time::timeout(
             std::time::Duration::from_secs(1),
             app.clone().oneshot(post("/mutate", body)),
@@ -558,10 +586,9 @@ mod tests {
         assert_eq!(response.headers()[header::RETRY_AFTER], "1");
         let text = response.into_body().collect().await.unwrap().to_bytes();
         assert!(
-            String::from_utf8_lossy(&text).contains("already being served"),
+            String::from_utf8_lossy(&text).contains("being read or judged"),
             "{text:?}"
         );
-        assert_eq!(read.load(Ordering::SeqCst), 0);
 
         held.release.add_permits(MAX_IN_FLIGHT);
         for request in waiting {
@@ -574,5 +601,72 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(response.status(), StatusCode::OK);
+    }
+
+    /// A body that sends `sent` bytes, then nothing more, ever.
+    struct Stalled {
+        sent: usize,
+    }
+
+    impl http_body::Body for Stalled {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+            if self.sent == 0 {
+                return Poll::Pending;
+            }
+            let n = std::mem::take(&mut self.sent);
+            Poll::Ready(Some(Ok(http_body::Frame::data(Bytes::from(vec![b' '; n])))))
+        }
+    }
+
+    #[tokio::test]
+    async fn stalled_bodies_hold_only_the_bytes_they_sent() {
+        let app = router(Arc::new(TestRules));
+        let post = |body: Body| {
+            axum::http::Request::post("/validate")
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .unwrap()
+        };
+        let answered = |app: Router| async move {
+            let body = review("after", "x").to_string().into();
+            let response =
+                tokio::time::timeout(std::time::Duration::from_secs(1), app.oneshot(post(body)))
+                    .await
+                    .expect("answered at once")
+                    .unwrap();
+            response.status()
+        };
+        // More stalled bodies than requests may be judged at once.
+        let stalled: Vec<_> = (0..MAX_IN_FLIGHT * 2)
+            .map(|_| tokio::spawn(app.clone().oneshot(post(Body::new(Stalled { sent: 10 })))))
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(answered(app.clone()).await, StatusCode::OK);
+        for request in stalled {
+            request.abort();
+            let _ = request.await;
+        }
+
+        // Bodies that sent the whole budget between them: one more is refused.
+        let full: Vec<_> = (0..MAX_IN_FLIGHT)
+            .map(|_| {
+                let body = Body::new(Stalled { sent: BODY_LIMIT });
+                tokio::spawn(app.clone().oneshot(post(body)))
+            })
+            .collect();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(answered(app.clone()).await, StatusCode::TOO_MANY_REQUESTS);
+        // Their bytes come back when they end.
+        for request in full {
+            request.abort();
+            let _ = request.await;
+        }
+        assert_eq!(answered(app).await, StatusCode::OK);
     }
 }
