@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
-use captf::backups::{self, BackupDecision, BackupSet, Owner};
+use captf::backups::{self, BackupDecision, BackupSet, Listed, Owner};
 use captf::keys::{BACKUP_CHUNK, BACKUP_CHUNKS, BACKUP_DIGEST, BACKUP_SERIAL};
 use captf::names::{self, Kind};
 use captf::state::{self, StateReadable};
@@ -180,10 +180,20 @@ impl Fixture {
         secret.data.unwrap().remove("tfstate").unwrap().0
     }
 
-    async fn backup_names(&self, suffix: &str) -> Vec<String> {
-        let mut names: Vec<String> = backups::existing(&self.secrets, suffix)
+    /// The backup Secrets of `suffix`, with their data.
+    async fn listed(&self, suffix: &str) -> Vec<Secret> {
+        let selector = format!("captf.io/state-backup=true,captf.io/state-backup-suffix={suffix}");
+        self.secrets
+            .list(&ListParams::default().labels(&selector))
             .await
             .unwrap()
+            .items
+    }
+
+    async fn backup_names(&self, suffix: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .listed(suffix)
+            .await
             .into_iter()
             .map(|s| s.metadata.name.unwrap())
             .collect();
@@ -229,10 +239,7 @@ async fn opentofu_state_is_backed_up_byte_identically() {
     let copy = fx.tfstate(&names::backup_secret(&suffix, set.serial)).await;
     assert_eq!(copy, source, "byte-identical");
 
-    let infos = backups::list(
-        &backups::existing(&fx.secrets, &suffix).await.unwrap(),
-        &suffix,
-    );
+    let infos = backups::list(&fx.listed(&suffix).await, &suffix);
     assert_eq!(infos.len(), 1);
     assert!(infos[0].complete);
     assert_eq!(infos[0].serial, set.serial);
@@ -260,9 +267,15 @@ async fn three_chunk_state_is_backed_up_chunk_for_chunk_and_idempotently() {
     assert_eq!(count, 3, "{} bytes compressed", compressed.len());
 
     let set = fx.plan(&suffix).await;
-    backups::take(&fx.secrets, &set).await.unwrap();
-    // A second pass finds the set there with the same digest.
-    backups::take(&fx.secrets, &set).await.unwrap();
+    assert_eq!(
+        backups::take(&fx.secrets, &set).await.unwrap(),
+        backups::Taken::New
+    );
+    // A second pass finds the set there with the same digest: not new.
+    assert_eq!(
+        backups::take(&fx.secrets, &set).await.unwrap(),
+        backups::Taken::Already
+    );
 
     let want: Vec<String> = (0..3).map(|i| names::backup_chunk(&suffix, 9, i)).collect();
     let mut sorted = want.clone();
@@ -281,10 +294,7 @@ async fn three_chunk_state_is_backed_up_chunk_for_chunk_and_idempotently() {
         assert_eq!(refs[0].uid, fx.owner.uid);
         assert_eq!(refs[0].controller, Some(false));
     }
-    let infos = backups::list(
-        &backups::existing(&fx.secrets, &suffix).await.unwrap(),
-        &suffix,
-    );
+    let infos = backups::list(&fx.listed(&suffix).await, &suffix);
     assert_eq!(infos.len(), 1);
     assert!(infos[0].complete);
     assert_eq!(infos[0].bytes, compressed.len() as u64);
@@ -338,10 +348,7 @@ async fn a_refused_chunk_leaves_no_partial_set() {
     // whole set.
     refusal.remove().await;
     backups::take(&fx.secrets, &set).await.unwrap();
-    let infos = backups::list(
-        &backups::existing(&fx.secrets, &suffix).await.unwrap(),
-        &suffix,
-    );
+    let infos = backups::list(&fx.listed(&suffix).await, &suffix);
     assert_eq!(infos.len(), 1);
     assert!(infos[0].complete);
 }
@@ -381,22 +388,23 @@ async fn prune_keeps_the_newest_and_touches_one_suffix_only() {
             .to_vec()
     );
 
-    let infos = backups::list(&backups::existing(&fx.secrets, &mine).await.unwrap(), &mine);
-    let serials: Vec<u64> = infos.iter().map(|b| b.serial).collect();
+    let secrets = fx.listed(&mine).await;
+    let listed = Listed {
+        infos: backups::list(&secrets, &mine),
+        secrets,
+    };
+    let serials: Vec<u64> = listed.infos.iter().map(|b| b.serial).collect();
     assert_eq!(serials, vec![7, 4, 2, 1]);
-    assert_eq!(backups::prune(&infos, 0), Vec::<u64>::new());
-    let doomed = backups::prune(&infos, 2);
+    assert_eq!(backups::prune(&listed.infos, 0), Vec::<u64>::new());
+    let doomed = backups::prune(&listed.infos, 2);
     assert_eq!(doomed, vec![2, 1]);
-    backups::delete_serials(&fx.secrets, &mine, &doomed)
-        .await
-        .unwrap();
+    let doomed = listed.of_serials(&mine, &doomed);
+    backups::delete_sets(&fx.secrets, &doomed).await.unwrap();
     assert_eq!(
         fx.backup_names(&mine).await,
         [4, 7].map(|s| names::backup_secret(&mine, s)).to_vec()
     );
     assert_eq!(fx.backup_names(&theirs).await, theirs_before);
     // Deleting what is already gone is fine.
-    backups::delete_serials(&fx.secrets, &mine, &doomed)
-        .await
-        .unwrap();
+    backups::delete_sets(&fx.secrets, &doomed).await.unwrap();
 }

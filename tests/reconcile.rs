@@ -1129,6 +1129,11 @@ async fn state_backups_two_prunes_to_the_newest_two() {
     env.cluster("c", NOOP, vars(&[("greeting", json!("one"))]))
         .await;
     let first = applied_and_backed_up::<TerraformCluster>(&env, "c", 1).await;
+    let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
+    let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
+    // A whole set with a high serial, labelled as the object's backup but
+    // not owned by it: never listed, never pruned, never restored.
+    let forged = forged_backup(&secrets, &names::backup_secret(&suffix, first), 900).await;
     set_greeting(&env, "c", "two").await;
     let second = applied_and_backed_up::<TerraformCluster>(&env, "c", 2).await;
     set_greeting(&env, "c", "three").await;
@@ -1139,8 +1144,6 @@ async fn state_backups_two_prunes_to_the_newest_two() {
     })
     .await;
     assert_eq!(serials, [third as i64, second as i64]);
-    let suffix = names::suffix(&env.ns, Kind::Cluster, "c");
-    let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
     assert!(
         secrets
             .get_opt(&names::backup_secret(&suffix, first))
@@ -1148,6 +1151,51 @@ async fn state_backups_two_prunes_to_the_newest_two() {
             .unwrap()
             .is_none()
     );
+    assert!(secrets.get_opt(&forged).await.unwrap().is_some());
+    Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns)
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": "900"}}})),
+        )
+        .await
+        .unwrap();
+    within(&env, 60, "RestoreBackupNotFound", || async {
+        env.cluster_status("c").await.filter(|s| {
+            condition(s, "RestoreJobSucceeded") == Some(("False", "RestoreBackupNotFound"))
+        })
+    })
+    .await;
+}
+
+/// A copy of the single-Secret backup `of`, as the set of `serial`, whole
+/// and consistent, without the owner reference; its name.
+async fn forged_backup(secrets: &Api<Secret>, of: &str, serial: u64) -> String {
+    let real = secrets.get(of).await.unwrap();
+    let mut annotations = real.metadata.annotations.clone().unwrap_or_default();
+    let digest = annotations["captf.io/state-backup-digest"].clone();
+    annotations.insert("captf.io/state-backup-serial".into(), serial.to_string());
+    annotations.insert(
+        "captf.io/state-backup-set".into(),
+        format!("{serial}-{}", &digest[..12]),
+    );
+    let suffix = real.labels()["captf.io/state-backup-suffix"].clone();
+    let name = names::backup_secret(&suffix, serial);
+    let forged = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            labels: real.metadata.labels.clone(),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        data: real.data.clone(),
+        ..Default::default()
+    };
+    secrets
+        .create(&PostParams::default(), &forged)
+        .await
+        .unwrap();
+    name
 }
 
 #[tokio::test]

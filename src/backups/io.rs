@@ -1,5 +1,5 @@
-//! The Kubernetes I/O of backups: create a set whole or not at all, list the
-//! sets of one suffix, delete the pruned ones.
+//! The Kubernetes I/O of backups: create a set whole or not at all, read
+//! one set's Secrets, delete the pruned ones as they were listed.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -7,7 +7,7 @@ use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use super::{BACKUP_DIGEST, BACKUP_LABEL, BACKUP_SET, BACKUP_SUFFIX_LABEL, BackupSet, annotation};
 use crate::error::{Categorized, Category, kube_category};
 use crate::names;
-use crate::protection;
+use crate::protection::{self, AsRead};
 
 /// A failure to take, list or delete backups.
 #[derive(Debug, thiserror::Error)]
@@ -52,12 +52,23 @@ fn is_status(error: &kube::Error, code: u16) -> bool {
     matches!(error, kube::Error::Api(status) if status.code == code)
 }
 
+/// What [`take`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// It created the set, or the rest of it.
+    New,
+    /// Every Secret of the set was there already, with its digest: an
+    /// earlier pass took it (one that ran on an older status, or before a
+    /// move), so it is not a new backup.
+    Already,
+}
+
 /// Creates every Secret of `set`. On any failure it removes what this call
 /// created and any leftover of the same set from an earlier attempt, so that
 /// no partial set is left behind, and returns the failure. A Secret that
 /// already exists with the set's digest counts as created: an earlier pass
 /// may have taken this backup.
-pub async fn take(api: &Api<Secret>, set: &BackupSet) -> Result<(), BackupError> {
+pub async fn take(api: &Api<Secret>, set: &BackupSet) -> Result<Taken, BackupError> {
     let mut created: Vec<String> = Vec::new();
     let mut failure = None;
     for secret in &set.secrets {
@@ -84,7 +95,11 @@ pub async fn take(api: &Api<Secret>, set: &BackupSet) -> Result<(), BackupError>
         }
     }
     let Some(cause) = failure else {
-        return Ok(());
+        return Ok(if created.is_empty() {
+            Taken::Already
+        } else {
+            Taken::New
+        });
     };
     Err(remove_partial(api, set, created, cause).await)
 }
@@ -141,49 +156,35 @@ async fn remove_partial(
     cause
 }
 
-/// The backup Secrets of `suffix`: a label-selected list, paged.
-pub async fn existing(api: &Api<Secret>, suffix: &str) -> Result<Vec<Secret>, BackupError> {
-    let mut params = ListParams::default().labels(&selector(suffix)).limit(100);
-    let mut items = Vec::new();
-    loop {
-        let page = api.list(&params).await.map_err(BackupError::List)?;
-        items.extend(page.items);
-        match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => return Ok(items),
+/// The Secrets `names` as they are now, with their data; ones gone are
+/// left out. One set at a time: at most a state's chunk count of reads.
+pub async fn read_set(api: &Api<Secret>, names: &[&str]) -> Result<Vec<Secret>, BackupError> {
+    let mut read = Vec::with_capacity(names.len());
+    for name in names {
+        match api.get_opt(name).await {
+            Ok(Some(secret)) => read.push(secret),
+            Ok(None) => {}
+            Err(source) => {
+                return Err(BackupError::Get {
+                    name: (*name).to_owned(),
+                    source,
+                });
+            }
         }
     }
+    Ok(read)
 }
 
-/// Deletes every Secret of the backup sets of `serials`; ones already gone
-/// are fine.
-pub async fn delete_serials(
-    api: &Api<Secret>,
-    suffix: &str,
-    serials: &[u64],
-) -> Result<(), BackupError> {
-    if serials.is_empty() {
-        return Ok(());
-    }
-    let params = ListParams::default().labels(&selector(suffix));
-    let list = api
-        .list_metadata(&params)
-        .await
-        .map_err(BackupError::List)?;
-    for item in list.items {
-        let Some(name) = item.metadata.name else {
-            continue;
-        };
-        if !serials
-            .iter()
-            .any(|serial| names::backup_chunk_index(suffix, *serial, &name).is_some())
-        {
-            continue;
-        }
-        if let Err(source) =
-            protection::unprotect_and_delete(api, &name, &DeleteParams::default()).await
-        {
-            return Err(BackupError::Delete { name, source });
+/// Deletes the backup Secrets `doomed` if each is still the one listed;
+/// ones already gone are fine, one changed since fails (the next pass
+/// lists it again).
+pub async fn delete_sets(api: &Api<Secret>, doomed: &[AsRead]) -> Result<(), BackupError> {
+    for read in doomed {
+        if let Err(source) = protection::delete_as_read(api, read).await {
+            return Err(BackupError::Delete {
+                name: read.name.clone(),
+                source,
+            });
         }
     }
     Ok(())

@@ -4,13 +4,14 @@
 //!
 //! The decisions are pure: [`should_back_up`] (whether this read calls for a
 //! backup), [`plan_backup`] (the Secrets of a set), [`list`] (what sets exist
-//! and which are whole), [`prune`] and [`status_entries`]. The I/O is
-//! [`take`], [`existing`] and [`delete_serials`].
+//! and which are whole), [`owned_by`] (only the object's own backups count),
+//! [`prune`] and [`status_entries`]. The I/O is [`take`], [`read_set`] and
+//! [`delete_sets`].
 
 mod io;
 pub mod restore;
 
-pub use io::{BackupError, delete_serials, existing, take};
+pub use io::{BackupError, Taken, delete_sets, read_set, take};
 
 use std::collections::BTreeMap;
 
@@ -30,7 +31,7 @@ use crate::keys::{
     INPUTS_HASH, MOVE_LABEL,
 };
 use crate::names::{self, Kind};
-use crate::protection;
+use crate::protection::{self, AsRead};
 use crate::state::chunks::{ChunkSecret, assemble};
 use crate::state::{State, StateReadable, TFSTATE_KEY, Unreadable};
 
@@ -249,15 +250,44 @@ pub struct Listed {
 }
 
 impl Listed {
-    pub fn of(mut secrets: Vec<Secret>, suffix: &str) -> Listed {
-        let infos = list(&secrets, suffix);
-        // Kept between passes: only what the decisions read.
-        for secret in &mut secrets {
-            secret.data = None;
-            secret.metadata.managed_fields = None;
-        }
-        Listed { secrets, infos }
+    /// The listed Secrets of the sets of `serials`, as they were listed.
+    pub fn of_serials(&self, suffix: &str, serials: &[u64]) -> Vec<AsRead> {
+        self.secrets
+            .iter()
+            .filter(|s| {
+                s.metadata.name.as_deref().is_some_and(|name| {
+                    serials
+                        .iter()
+                        .any(|serial| names::backup_chunk_index(suffix, *serial, name).is_some())
+                })
+            })
+            .filter_map(|s| AsRead::of(&s.metadata))
+            .collect()
     }
+}
+
+/// Whether the object of `uid` owns this backup Secret. Anyone who may
+/// create Secrets in the namespace can label one as a backup; only the
+/// object's own are listed, pruned or restored.
+pub fn owned_by(meta: &ObjectMeta, uid: &str) -> bool {
+    meta.owner_references
+        .as_ref()
+        .is_some_and(|refs| refs.iter().any(|r| r.uid == uid))
+}
+
+/// The serial each backup Secret of `suffix` belongs to, by its name;
+/// Secrets not named as a chunk of a set are left out.
+pub fn by_serial<'a>(secrets: &'a [Secret], suffix: &str) -> BTreeMap<u64, Vec<&'a Secret>> {
+    let mut sets: BTreeMap<u64, Vec<&Secret>> = BTreeMap::new();
+    for secret in secrets {
+        let Some(name) = secret.metadata.name.as_deref() else {
+            continue;
+        };
+        if let Some(serial) = serial_of(suffix, name) {
+            sets.entry(serial).or_default().push(secret);
+        }
+    }
+    sets
 }
 
 /// One backup set as listed.
@@ -271,6 +301,18 @@ pub struct BackupInfo {
     /// Every chunk 0..chunks present once, all agreeing on the set, the
     /// chunk count and the digest, which matches the payloads.
     pub complete: bool,
+}
+
+impl BackupInfo {
+    /// A set whose Secrets were gone by the time they were read.
+    pub fn gone(serial: u64) -> Self {
+        Self {
+            serial,
+            taken_at: None,
+            bytes: 0,
+            complete: false,
+        }
+    }
 }
 
 pub(crate) fn annotation<'a>(secret: &'a Secret, key: &str) -> Option<&'a str> {

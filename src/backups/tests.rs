@@ -394,7 +394,10 @@ fn a_restore_request_names_a_complete_set_once() {
     ];
     let raws = ["4", "6", "4", "x", "5", "6"];
     for ((what, existing, failed, want), raw) in rows.into_iter().zip(raws) {
-        let listed = Listed::of(existing.to_vec(), S);
+        let listed = Listed {
+            infos: list(existing, S),
+            secrets: existing.to_vec(),
+        };
         assert_eq!(request(raw, S, &listed, failed), want, "{what}");
     }
 }

@@ -172,7 +172,10 @@ async fn backup<K: Workload>(
 ) {
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace);
     match crate::backups::take(&secrets, &set).await {
-        Ok(()) => {
+        Ok(crate::backups::Taken::Already) => {
+            plan.draft.status.observed_state_serial = Some(observed);
+        }
+        Ok(crate::backups::Taken::New) => {
             plan.counts.push(Count::Backups(BackupResult::Taken, 1));
             plan.draft.status.observed_state_serial = Some(observed);
             let name = names::backup_secret(&o.suffix, set.serial);
@@ -320,12 +323,14 @@ async fn perform<K: Workload>(
             delete_if_present(&api, &names::run_secret(&job), None).await?
         }
         Write::TakeBackup { .. } => {}
-        Write::PruneBackups { serials } => {
-            crate::backups::delete_serials(&secrets, &o.suffix, &serials)
+        Write::PruneBackups {
+            sets,
+            secrets: doomed,
+        } => {
+            crate::backups::delete_sets(&secrets, &doomed)
                 .await
                 .map_err(Error::Backup)?;
-            plan.counts
-                .push(Count::Backups(BackupResult::Pruned, serials.len() as u64));
+            plan.counts.push(Count::Backups(BackupResult::Pruned, sets));
         }
         Write::Start(start) => {
             return Ok(

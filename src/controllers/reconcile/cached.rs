@@ -12,12 +12,13 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams, ObjectMeta};
 
 use super::Object;
-use crate::backups::{self, Listed};
-use crate::controllers::watches::{Versions, key};
+use crate::backups::{self, BackupInfo, Listed};
+use crate::controllers::watches::{BackupSets, Versions, key};
 use crate::controllers::workload::Workload;
 use crate::controllers::{Context, Error};
 use crate::keys::{
-    BACKUP_SUFFIX_LABEL, JOB_NAME_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_UID_LABEL,
+    BACKUP_LABEL, BACKUP_SUFFIX_LABEL, JOB_NAME_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL,
+    OWNER_UID_LABEL,
 };
 use crate::locks::{self, Assessment, PodFact, Verdict};
 use crate::names::{self, Kind};
@@ -206,29 +207,76 @@ pub async fn state(
     Ok(Arc::new(read))
 }
 
-/// The object's backups: the sets as judged when their Secrets were last
-/// read, while the Secrets keep their resourceVersions.
-pub async fn backups(ctx: &Context, ns: &str, suffix: &str) -> Result<Arc<Listed>, Error> {
-    let seen = ctx
+/// The object's backups: the backup Secrets of its suffix that it owns, as
+/// the metadata watch shows them (a Secret anyone labelled as a backup is
+/// never listed, pruned or restored), and each set as judged from its data.
+/// A set's data is read only when its own Secrets changed since it was last
+/// judged, so a new backup reads one set, not all of them.
+pub async fn backups(
+    ctx: &Context,
+    ns: &str,
+    suffix: &str,
+    owner_uid: &str,
+) -> Result<Arc<Listed>, Error> {
+    let secrets: Vec<Secret> = ctx
         .watches
         .managed_secrets
-        .labelled(ns, BACKUP_SUFFIX_LABEL, suffix);
-    let versions = Versions::of(seen.iter().map(|s| &s.metadata));
-    if versions.is_empty() {
+        .labelled(ns, BACKUP_SUFFIX_LABEL, suffix)
+        .iter()
+        .filter(|s| {
+            label(&s.metadata, BACKUP_LABEL) == Some("true")
+                && backups::owned_by(&s.metadata, owner_uid)
+        })
+        .map(|s| Secret {
+            metadata: s.metadata.clone(),
+            ..Default::default()
+        })
+        .collect();
+    if secrets.is_empty() {
         return Ok(Arc::new(Listed::default()));
     }
     let key = key(ns, suffix);
     let cache = &ctx.watches.derived.backups;
-    if let Some(kept) = cache.get(&key, &versions) {
-        return Ok(kept);
+    let before = cache.last(&key);
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    let mut judged = BackupSets::new();
+    for (serial, chunks) in backups::by_serial(&secrets, suffix) {
+        let versions = Versions::of(chunks.iter().map(|s| &s.metadata));
+        let kept = before
+            .as_ref()
+            .and_then(|b| b.get(&serial))
+            .filter(|(at, _)| *at == versions)
+            .map(|(_, info)| info.clone());
+        let info = match kept {
+            Some(info) => info,
+            None => {
+                let names: Vec<&str> = chunks
+                    .iter()
+                    .filter_map(|s| s.metadata.name.as_deref())
+                    .collect();
+                let read = backups::read_set(&api, &names)
+                    .await
+                    .map_err(Error::Backup)?;
+                let read: Vec<Secret> = read
+                    .into_iter()
+                    .filter(|s| backups::owned_by(&s.metadata, owner_uid))
+                    .collect();
+                // Gone since it was seen: an empty set, incomplete.
+                backups::list(&read, suffix)
+                    .into_iter()
+                    .find(|i| i.serial == serial)
+                    .unwrap_or_else(|| BackupInfo::gone(serial))
+            }
+        };
+        judged.insert(serial, (versions, info));
     }
-    let read = backups::existing(&Api::namespaced(ctx.client.clone(), ns), suffix)
-        .await
-        .map_err(Error::Backup)?;
-    let versions = Versions::of(read.iter().map(|s| &s.metadata));
-    let listed = Arc::new(Listed::of(read, suffix));
-    cache.put(&key, versions, listed.clone());
-    Ok(listed)
+    let infos = judged
+        .values()
+        .rev()
+        .map(|(_, info)| info.clone())
+        .collect();
+    cache.put(&key, Versions::default(), Arc::new(judged));
+    Ok(Arc::new(Listed { secrets, infos }))
 }
 
 /// The durable inputs Secret of the object, when it exists.

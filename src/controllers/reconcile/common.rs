@@ -246,7 +246,11 @@ fn backup<K: Workload>(p: &Pass<'_, K>, a: &Assessment, plan: &mut Plan) {
         let pruned = backups::prune(&infos, keep);
         if !pruned.is_empty() {
             infos.retain(|i| !pruned.contains(&i.serial));
-            plan.writes.push(Write::PruneBackups { serials: pruned });
+            let secrets = rest.backups.of_serials(&o.suffix, &pruned);
+            plan.writes.push(Write::PruneBackups {
+                sets: pruned.len() as u64,
+                secrets,
+            });
         }
     }
     let entries = backups::status_entries(&infos);

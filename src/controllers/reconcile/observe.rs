@@ -204,7 +204,7 @@ async fn rest<K: Workload>(
         .await?
         .filter(|s| durable::owned_by(s, &o.uid));
     let recorded = durable.as_deref().and_then(durable::read);
-    let backups = cached::backups(ctx, ns, &o.suffix).await?;
+    let backups = cached::backups(ctx, ns, &o.suffix, &o.uid).await?;
     // A kept copy of the state serves only an idle pass whose status has
     // seen its serial: anything else (a backup to take, an apply to adopt,
     // a deletion) reads the data.

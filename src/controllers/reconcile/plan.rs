@@ -256,8 +256,10 @@ pub enum Write {
         set: BackupSet,
         observed: i64,
     },
+    /// The pruned sets' Secrets, deleted only as they were listed.
     PruneBackups {
-        serials: Vec<u64>,
+        sets: u64,
+        secrets: Vec<AsRead>,
     },
     /// RBAC, leases, durable inputs, the Job and its per-run Secret.
     Start(Box<Start>),

@@ -3,13 +3,13 @@
 //! the Secrets it was read from. While the metadata watches show the same
 //! versions, nothing is read again; any change reads the data anew.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ObjectMeta;
 
-use crate::backups::Listed;
+use crate::backups::BackupInfo;
 use crate::state::Snapshot;
 
 /// The names and resourceVersions of a set of Secrets, sorted.
@@ -62,6 +62,11 @@ impl<T> Cache<T> {
         self.entries().insert(key.to_owned(), (versions, value));
     }
 
+    /// The value last read, whatever versions it was read at.
+    pub fn last(&self, key: &str) -> Option<Arc<T>> {
+        self.entries().get(key).map(|(_, value)| value.clone())
+    }
+
     fn forget(&self, key: &str) {
         self.entries().remove(key);
     }
@@ -71,13 +76,18 @@ impl<T> Cache<T> {
     }
 }
 
+/// Each backup set of an object as judged from its data, with the
+/// versions of the Secrets it was judged from.
+pub type BackupSets = BTreeMap<u64, (Versions, BackupInfo)>;
+
 /// Everything derived, by the key of the object it belongs to
 /// ([`key`]).
 #[derive(Default)]
 pub struct Derived {
     /// The state as read, its Secrets without their data.
     pub states: Cache<Snapshot>,
-    pub backups: Cache<Listed>,
+    /// The object's backup sets as judged, by serial.
+    pub backups: Cache<BackupSets>,
     pub durable: Cache<Secret>,
 }
 

@@ -42,7 +42,7 @@ use crate::keys::{
 };
 use crate::state;
 
-pub use derived::{Derived, Versions, key};
+pub use derived::{BackupSets, Derived, Versions, key};
 use index::Index;
 pub use sources::Sources;
 pub use wake::{Target, Wake};
