@@ -1121,6 +1121,36 @@ async fn each_new_serial_is_backed_up_and_state_backups_zero_takes_none() {
         backup_serials(&env, "c").await,
         [third as i64, second as i64, first as i64]
     );
+
+    // The fourth serial has no backup: a restore would lose it, so none runs.
+    Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns)
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": second.to_string()}}})),
+        )
+        .await
+        .unwrap();
+    let status = within(&env, 60, "the restore refused", || async {
+        env.cluster_status("c").await.filter(|s| {
+            condition(s, "RestoreJobSucceeded") == Some(("False", "CurrentStateNotBackedUp"))
+        })
+    })
+    .await;
+    let message = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "RestoreJobSucceeded")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains(&format!("serial {fourth}")), "{message}");
+    assert!(
+        env.jobs()
+            .await
+            .iter()
+            .all(|j| !j.name_any().contains("-restore-"))
+    );
 }
 
 #[tokio::test]
@@ -1420,6 +1450,12 @@ async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
     let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
     let before = secrets.get(&names::state_secret(&suffix)).await.unwrap();
     let clusters = Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns);
+    // Two more serials, the last from the first inputs again: the oldest
+    // backup is restored over newer ones.
+    set_greeting(&env, "c", "two").await;
+    applied_and_backed_up::<TerraformCluster>(&env, "c", 2).await;
+    set_greeting(&env, "c", "one").await;
+    let newest = applied_and_backed_up::<TerraformCluster>(&env, "c", 3).await;
 
     // A serial without a backup: no Job, RestoreBackupNotFound.
     clusters
@@ -1471,6 +1507,15 @@ async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
     })
     .await;
     assert_eq!(env.events("StateRestored").await.len(), 1);
+    // Pushed above every serial the object had, so that no serial (and no
+    // backup name) stands for two states; and that state is backed up.
+    let (restored, _) = state_serial(&env, &suffix).await;
+    assert!(restored > newest as i64, "{restored} after {newest}");
+    within(&env, 60, "the restored state backed up", || async {
+        let serials = backup_serials(&env, "c").await;
+        (serials.first() == Some(&restored)).then_some(())
+    })
+    .await;
     let after = secrets.get(&names::state_secret(&suffix)).await.unwrap();
     assert_eq!(
         after.annotations().get("captf.io/inputs-hash"),
@@ -1486,7 +1531,7 @@ async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
         .map(|j| j.name_any())
         .filter(|n| n.contains("-apply-"))
         .collect();
-    assert_eq!(applies.len(), 1, "{applies:?}");
+    assert_eq!(applies.len(), 3, "{applies:?}");
 }
 
 /// A backup taken before inputs hashes were recorded (or whose chunk 0

@@ -1,5 +1,13 @@
 //! The restore a `captf.io/restore-state` annotation asks for (ref §8.2:
 //! it goes before any apply), checked against the backups. Pure.
+//!
+//! A restore overwrites the current state, so it goes ahead only when that
+//! state can be had back: there is none, it cannot be read (no backup can
+//! hold it; the book never backs up an unreadable state), or a complete
+//! backup of its serial exists. And the state is pushed with a serial above
+//! every serial the object has had: Terraform keeps a pushed file's serial,
+//! and a serial used twice would name two different states (and their
+//! backups) alike.
 
 use k8s_openapi::api::core::v1::Secret;
 
@@ -11,6 +19,8 @@ use crate::names;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Push {
     pub serial: u64,
+    /// The serial the state is pushed with: above every one seen.
+    pub push_serial: u64,
     /// The set's Secrets, in chunk order.
     pub chunks: Vec<String>,
     pub resources: u64,
@@ -26,11 +36,30 @@ pub enum Request {
     /// A restore of that serial failed already: it is not tried again
     /// (ref §8.4); RestoreJobSucceeded says why.
     FailedBefore,
+    /// The current state has no complete backup: a restore would lose it.
+    NotBackedUp(String),
 }
 
-/// What `raw` asks for, given the object's backups and whether a restore
-/// Job of the same serial failed.
-pub fn request(raw: &str, suffix: &str, existing: &Listed, failed_before: bool) -> Request {
+/// The object's current state, as a restore weighs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Current {
+    /// No state, or one no backup can hold.
+    NothingToKeep,
+    /// A readable state of this serial.
+    Read { serial: u64 },
+}
+
+/// What `raw` asks for, given the object's backups, whether a restore Job
+/// of the same serial failed, the current state and the highest serial the
+/// object's status has observed.
+pub fn request(
+    raw: &str,
+    suffix: &str,
+    existing: &Listed,
+    failed_before: bool,
+    current: Current,
+    observed: Option<u64>,
+) -> Request {
     if failed_before {
         return Request::FailedBefore;
     }
@@ -47,6 +76,21 @@ pub fn request(raw: &str, suffix: &str, existing: &Listed, failed_before: bool) 
             names::backup_secret(suffix, serial)
         ));
     }
+    let mut seen = existing.infos.iter().map(|i| i.serial).collect::<Vec<_>>();
+    seen.extend(observed);
+    if let Current::Read { serial: current } = current {
+        let kept = existing
+            .infos
+            .iter()
+            .any(|i| i.serial == current && i.complete);
+        if !kept {
+            return Request::NotBackedUp(format!(
+                "the current state (serial {current}) has no complete backup, and a restore would overwrite it; a restore goes ahead once it is backed up (--state-backups above 0)"
+            ));
+        }
+        seen.push(current);
+    }
+    let push_serial = seen.into_iter().max().unwrap_or(0).saturating_add(1);
     let mut chunks: Vec<(u64, &Secret)> = existing
         .secrets
         .iter()
@@ -61,6 +105,7 @@ pub fn request(raw: &str, suffix: &str, existing: &Listed, failed_before: bool) 
     let first = chunks.first().map(|(_, s)| *s);
     Request::Push(Push {
         serial,
+        push_serial,
         chunks: chunks
             .iter()
             .filter_map(|(_, s)| s.metadata.name.clone())

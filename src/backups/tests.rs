@@ -349,15 +349,16 @@ fn status_lists_complete_sets_newest_first_at_most_16() {
 
 #[test]
 fn a_restore_request_names_a_complete_set_once() {
-    use super::restore::{Push, Request, request};
+    use super::restore::{Current, Push, Request, request};
     let mut sets = planned(4, &[b"aa", b"bb"]);
     sets.extend(planned(6, &[b"cc"]));
     // Chunk 1 of serial 6's two-chunk set is missing: incomplete.
     let mut broken = planned(6, &[b"dd", b"ee"]);
     broken.truncate(1);
-    let push = |serial: u64, chunks: &[&str]| {
+    let push = |serial: u64, push_serial: u64, chunks: &[&str]| {
         Request::Push(Push {
             serial,
+            push_serial,
             chunks: chunks.iter().map(|c| c.to_string()).collect(),
             resources: 4,
             inputs_hash: Some("abc123".into()),
@@ -366,20 +367,48 @@ fn a_restore_request_names_a_complete_set_once() {
     let b4 = names::backup_secret(S, 4);
     let b4p1 = names::backup_chunk(S, 4, 1);
     let b6 = names::backup_secret(S, 6);
-    let rows: [(&str, &[Secret], bool, Request); 6] = [
-        ("two chunks, in order", &sets, false, push(4, &[&b4, &b4p1])),
-        ("one chunk", &sets, false, push(6, &[&b6])),
-        ("failed before", &sets, true, Request::FailedBefore),
+    let none = Current::NothingToKeep;
+    let read = |serial| Current::Read { serial };
+    type Row<'a> = (
+        &'a str,
+        &'a str,
+        &'a [Secret],
+        bool,
+        Current,
+        Option<u64>,
+        Request,
+    );
+    let rows: [Row<'_>; 10] = [
+        ("two chunks, in order", "4", &sets, false, none, None, push(4, 7, &[&b4, &b4p1])),
+        ("one chunk", "6", &sets, false, none, None, push(6, 7, &[&b6])),
+        ("above the observed serial", "4", &sets, false, none, Some(9), push(4, 10, &[&b4, &b4p1])),
+        ("over a backed-up state", "4", &sets, false, read(6), Some(6), push(4, 7, &[&b4, &b4p1])),
         (
-            "not a serial",
+            "over a state not backed up",
+            "4",
             &sets,
             false,
+            read(8),
+            Some(6),
+            Request::NotBackedUp("the current state (serial 8) has no complete backup, and a restore would overwrite it; a restore goes ahead once it is backed up (--state-backups above 0)".into()),
+        ),
+        ("failed before", "4", &sets, true, none, None, Request::FailedBefore),
+        (
+            "not a serial",
+            "x",
+            &sets,
+            false,
+            none,
+            None,
             Request::NotFound("captf.io/restore-state is \"x\", not a state serial".into()),
         ),
         (
             "no such set",
+            "5",
             &sets,
             false,
+            none,
+            None,
             Request::NotFound(format!(
                 "no complete backup of state serial 5 ({})",
                 names::backup_secret(S, 5)
@@ -387,18 +416,33 @@ fn a_restore_request_names_a_complete_set_once() {
         ),
         (
             "incomplete",
+            "6",
             &broken,
             false,
+            none,
+            None,
             Request::NotFound(format!("no complete backup of state serial 6 ({b6})")),
         ),
+        (
+            "over a state whose only backup is incomplete",
+            "4",
+            &[sets.clone(), broken.clone()].concat(),
+            false,
+            read(6),
+            None,
+            Request::NotBackedUp("the current state (serial 6) has no complete backup, and a restore would overwrite it; a restore goes ahead once it is backed up (--state-backups above 0)".into()),
+        ),
     ];
-    let raws = ["4", "6", "4", "x", "5", "6"];
-    for ((what, existing, failed, want), raw) in rows.into_iter().zip(raws) {
+    for (what, raw, existing, failed, current, observed, want) in rows {
         let listed = Listed {
             infos: list(existing, S),
             secrets: existing.to_vec(),
         };
-        assert_eq!(request(raw, S, &listed, failed), want, "{what}");
+        assert_eq!(
+            request(raw, S, &listed, failed, current, observed),
+            want,
+            "{what}"
+        );
     }
 }
 

@@ -54,12 +54,13 @@ const PLAN_KEY_DIR: &str = "/captf/plan-key";
 const PLAN_KEY_VOLUME: &str = "plan-key";
 const TERMINATION_LOG: &str = "/dev/termination-log";
 
-/// A restore's backup: its chunk Secrets in order, and the managed resource
-/// count the pushed state must show.
+/// A restore's backup: its chunk Secrets in order, the managed resource
+/// count the pushed state must show, and the serial it is pushed with.
 #[derive(Clone, Copy, Debug)]
 pub struct RestoreRequest<'a> {
     pub chunk_secrets: &'a [String],
     pub resources: u64,
+    pub serial: u64,
 }
 
 /// How an apply runs (book: inside-the-job.md "Steps by operation").
@@ -345,6 +346,7 @@ fn runner_args(req: &JobRequest, job_name: &str) -> Vec<String> {
     if let Some(restore) = req.restore {
         args.push(format!("--restore-chunks={}", restore.chunk_secrets.len()));
         args.push(format!("--restore-resources={}", restore.resources));
+        args.push(format!("--restore-serial={}", restore.serial));
     }
     if req.op == Op::Apply {
         match req.mode {
@@ -583,6 +585,7 @@ mod tests {
             .map(|(chunks, resources)| RestoreRequest {
                 chunk_secrets: chunks,
                 resources: *resources,
+                serial: 41,
             });
         build(&JobRequest {
             kind: case.kind,
@@ -1190,10 +1193,11 @@ mod tests {
         });
         let a = args(&built);
         assert_eq!(
-            a[a.len() - 2..],
+            a[a.len() - 3..],
             [
                 "--restore-chunks=3".to_owned(),
-                "--restore-resources=12".to_owned()
+                "--restore-resources=12".to_owned(),
+                "--restore-serial=41".to_owned()
             ]
         );
         let config = pod(&built)

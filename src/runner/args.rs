@@ -77,6 +77,11 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0)]
     pub restore_resources: u64,
 
+    /// The serial the restored state is pushed with, above every serial
+    /// the object has had; 0 keeps the backup's own (restore).
+    #[arg(long, default_value_t = 0)]
+    pub restore_serial: u64,
+
     /// An apply that plans, shows and applies its saved plan (a
     /// TerraformCluster's guarded apply): a delete or replace stops it.
     #[arg(long)]

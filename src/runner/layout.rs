@@ -9,6 +9,8 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use flate2::read::GzDecoder;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
 
 use crate::error::{Categorized, Category};
 use crate::state::MAX_DECOMPRESSED;
@@ -58,12 +60,16 @@ pub enum RestoreError {
     TooLarge(u64),
     #[error("writing {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
+    #[error("the backup is not a state document: {0}")]
+    NotAState(String),
 }
 
 impl Categorized for RestoreError {
     fn category(&self) -> Category {
         match self {
-            RestoreError::Gzip(_) | RestoreError::TooLarge(_) => Category::Invalid,
+            RestoreError::Gzip(_) | RestoreError::TooLarge(_) | RestoreError::NotAState(_) => {
+                Category::Invalid
+            }
             RestoreError::Chunk { .. } | RestoreError::Write { .. } => Category::Internal,
         }
     }
@@ -181,19 +187,81 @@ pub fn create_tmpdir(path: &Path) -> Result<(), PrepareError> {
 
 /// Writes the state file of a restore: chunks `0..count` of
 /// `<config>/restore`, concatenated and gunzipped (at most
-/// [`MAX_DECOMPRESSED`] bytes), to `to` with mode 0600.
-pub fn write_restore_file(config: &Path, count: u32, to: &Path) -> Result<(), RestoreError> {
+/// [`MAX_DECOMPRESSED`] bytes), with its serial set to `serial` when given,
+/// to `to` with mode 0600.
+pub fn write_restore_file(
+    config: &Path,
+    count: u32,
+    serial: Option<u64>,
+    to: &Path,
+) -> Result<(), RestoreError> {
     let mut compressed = Vec::new();
     for i in 0..count {
         let path = config.join("restore").join(i.to_string());
         let mut chunk = fs::read(&path).map_err(|source| RestoreError::Chunk { path, source })?;
         compressed.append(&mut chunk);
     }
-    let state = gunzip_bounded(&compressed, MAX_DECOMPRESSED)?;
+    let mut state = gunzip_bounded(&compressed, MAX_DECOMPRESSED)?;
+    if let Some(serial) = serial {
+        state = with_serial(&state, serial)?;
+    }
     write_private(to, &state).map_err(|source| RestoreError::Write {
         path: to.into(),
         source,
     })
+}
+
+/// The state document `doc` with its top-level `serial` set to `serial`;
+/// every other member (the lineage too) kept as written, in order.
+fn with_serial(doc: &[u8], serial: u64) -> Result<Vec<u8>, RestoreError> {
+    let members: Members<'_> =
+        serde_json::from_slice(doc).map_err(|e| RestoreError::NotAState(e.to_string()))?;
+    let mut out = Vec::with_capacity(doc.len() + 8);
+    out.push(b'{');
+    let mut set = false;
+    for (i, (key, value)) in members.0.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        let key_json =
+            serde_json::to_string(key).map_err(|e| RestoreError::NotAState(e.to_string()))?;
+        out.extend_from_slice(key_json.as_bytes());
+        out.push(b':');
+        if key == "serial" {
+            out.extend_from_slice(serial.to_string().as_bytes());
+            set = true;
+        } else {
+            out.extend_from_slice(value.get().as_bytes());
+        }
+    }
+    if !set {
+        return Err(RestoreError::NotAState("it has no serial".into()));
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
+/// A JSON object's members in order, their values as written.
+struct Members<'a>(Vec<(String, &'a RawValue)>);
+
+impl<'de> Deserialize<'de> for Members<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Members<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry::<String, &'de RawValue>()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
 }
 
 /// Decompresses a gzip stream of at most `max` bytes.
@@ -389,7 +457,7 @@ mod tests {
         fs::write(config.join("restore/1"), b).unwrap();
         let to = dir.path().join("restore.tfstate");
 
-        write_restore_file(&config, 2, &to).unwrap();
+        write_restore_file(&config, 2, None, &to).unwrap();
         assert_eq!(fs::read(&to).unwrap(), state);
         assert_eq!(
             fs::metadata(&to).unwrap().permissions().mode() & 0o777,
@@ -397,11 +465,11 @@ mod tests {
         );
 
         assert!(matches!(
-            write_restore_file(&config, 3, &to),
+            write_restore_file(&config, 3, None, &to),
             Err(RestoreError::Chunk { .. })
         ));
         assert!(matches!(
-            write_restore_file(&config, 1, &to),
+            write_restore_file(&config, 1, None, &to),
             Err(RestoreError::Gzip(_))
         ));
     }
@@ -418,5 +486,22 @@ mod tests {
             gunzip_bounded(b"plain", 1000),
             Err(RestoreError::Gzip(_))
         ));
+    }
+
+    #[test]
+    fn a_restored_state_takes_the_serial_it_is_given_and_keeps_the_rest() {
+        let doc = br#"{"version":4,"terraform_version":"1.9.0","serial":7,"lineage":"3f6e-\"x\"","outputs":{"serial":{"value":1}},"resources":[{"a":[1, 2]}]}"#;
+        let got = with_serial(doc, 12).unwrap();
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            r#"{"version":4,"terraform_version":"1.9.0","serial":12,"lineage":"3f6e-\"x\"","outputs":{"serial":{"value":1}},"resources":[{"a":[1, 2]}]}"#
+        );
+        for bad in [&b"[1]"[..], b"{\"version\":4}", b"{\"serial\":"] {
+            assert!(
+                matches!(with_serial(bad, 3), Err(RestoreError::NotAState(_))),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 }

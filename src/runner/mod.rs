@@ -225,7 +225,8 @@ impl Runner<'_> {
             self.open_store(&approved_file).await?;
         }
         if args.op == Op::Restore {
-            layout::write_restore_file(&paths.config, args.restore_chunks, &restore_file)
+            let serial = (args.restore_serial > 0).then_some(args.restore_serial);
+            layout::write_restore_file(&paths.config, args.restore_chunks, serial, &restore_file)
                 .map_err(|e| self.step_error(StepName::StatePush, &e.to_string()))?;
         }
 

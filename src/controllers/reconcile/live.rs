@@ -15,7 +15,7 @@ use super::plan::{Plan, Requeue, Write};
 use super::settle::Settled;
 use super::start;
 use super::{Object, Pass};
-use crate::backups::restore::{self, Request};
+use crate::backups::restore::{self, Current, Request};
 use crate::controllers::approval::{self, Gated};
 use crate::controllers::conditions::{self, Cond, Status};
 use crate::controllers::decide::{self, Decision, Facts, JobReason};
@@ -26,6 +26,7 @@ use crate::jobs::digest;
 use crate::keys::{APPROVE_DESTRUCTIVE_PLAN, APPROVE_PLAN};
 use crate::keys::{RESTORE_SERIAL, RESTORE_STATE};
 use crate::names::Op;
+use crate::state::StateReadable;
 
 /// The restore the object asks for, when it has to start now; the
 /// conditions say why one that cannot start waits.
@@ -57,8 +58,45 @@ fn restore_due<K: Workload>(
                 == Some(raw)
             && ledger::job_end(j).is_some_and(|e| !e.succeeded)
     });
-    match restore::request(raw, &o.suffix, &rest.backups, failed_before) {
+    let current = match &rest.snapshot.readable {
+        StateReadable::Read(state) => Current::Read {
+            serial: state.serial,
+        },
+        _ => Current::NothingToKeep,
+    };
+    let observed = obj
+        .workspace_status()
+        .and_then(|s| s.observed_state_serial)
+        .and_then(|s| u64::try_from(s).ok());
+    let request = restore::request(
+        raw,
+        &o.suffix,
+        &rest.backups,
+        failed_before,
+        current,
+        observed,
+    );
+    match request {
         Request::Push(push) => Ok(Some(push)),
+        // This pass backs the state up: the restore follows once the set
+        // is seen whole.
+        Request::NotBackedUp(_)
+            if plan
+                .writes
+                .iter()
+                .any(|w| matches!(w, Write::TakeBackup { .. })) =>
+        {
+            Err(())
+        }
+        Request::NotBackedUp(why) => {
+            plan.draft.set(Cond::new(
+                conditions::RESTORE_JOB_SUCCEEDED,
+                Status::False,
+                "CurrentStateNotBackedUp",
+                why,
+            ));
+            Err(())
+        }
         Request::NotFound(why) => {
             plan.draft.set(Cond::new(
                 conditions::RESTORE_JOB_SUCCEEDED,

@@ -65,6 +65,7 @@ pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<
         restore: r.restore.map(|p| RestoreRequest {
             chunk_secrets: &chunks,
             resources: p.resources,
+            serial: p.push_serial,
         }),
         mode: r.mode,
         events: settings.runner_events,
