@@ -25,11 +25,7 @@ pub(super) struct Fields {
 const STATE_VERSION: u64 = 4;
 
 pub(super) fn decide(parsed: Parsed) -> Result<Fields, Unreadable> {
-    if parsed
-        .encryption_version
-        .as_deref()
-        .is_some_and(|v| !v.is_empty())
-    {
+    if parsed.envelope {
         return Err(Unreadable::Encrypted);
     }
     match parsed.version {
@@ -76,7 +72,7 @@ mod tests {
             ),
             (
                 Parsed {
-                    encryption_version: Some("v0".into()),
+                    envelope: true,
                     ..Default::default()
                 },
                 Err(Unreadable::Encrypted),
@@ -85,24 +81,14 @@ mod tests {
                 // The envelope wins over anything else in the object.
                 Parsed {
                     version: Some(3),
-                    encryption_version: Some("v0".into()),
+                    envelope: true,
                     shape: shape(),
                     ..Default::default()
                 },
                 Err(Unreadable::Encrypted),
             ),
             (
-                // An empty encryption_version is no envelope.
                 Parsed {
-                    version: Some(4),
-                    encryption_version: Some(String::new()),
-                    ..Default::default()
-                },
-                Ok(()),
-            ),
-            (
-                Parsed {
-                    encryption_version: Some(String::new()),
                     ..Default::default()
                 },
                 Err(Unreadable::Corrupt(Corruption::NoVersion)),

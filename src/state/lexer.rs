@@ -4,6 +4,7 @@
 //! are checked by the JSON grammar, refilling the block where it ends.
 
 use super::Corruption;
+use super::capture::Capture;
 
 /// Where the parser's blocks come from.
 pub(super) trait Blocks {
@@ -17,8 +18,8 @@ pub(super) trait Blocks {
 /// Decompressed bytes, one block at a time, for the parser, which scans
 /// `buf[pos..end]` and calls [`Source::refill`] when it reaches `end`.
 ///
-/// While capturing (an output's value), the bytes the parser passes are
-/// copied out.
+/// While capturing (an output's value or type), the bytes the parser passes
+/// go to a [`Capture`], block by block.
 pub(super) struct Source<B> {
     blocks: B,
     pub(super) buf: Vec<u8>,
@@ -26,9 +27,8 @@ pub(super) struct Source<B> {
     pub(super) end: usize,
     /// The offset of `buf[0]` in the decompressed stream.
     base: u64,
-    capturing: bool,
+    capture: Option<Capture>,
     capture_from: usize,
-    captured: Vec<u8>,
 }
 
 impl<B: Blocks> Source<B> {
@@ -39,9 +39,8 @@ impl<B: Blocks> Source<B> {
             pos: 0,
             end: 0,
             base: 0,
-            capturing: false,
+            capture: None,
             capture_from: 0,
-            captured: Vec::new(),
         }
     }
 
@@ -58,9 +57,8 @@ impl<B: Blocks> Source<B> {
     /// Takes the next block once the parser has passed the current one
     /// (`pos == end`). False at the end of the stream.
     pub(super) fn refill(&mut self) -> Result<bool, Corruption> {
-        if self.capturing {
-            self.captured
-                .extend_from_slice(&self.buf[self.capture_from..self.end]);
+        if let Some(capture) = &mut self.capture {
+            capture.take(&self.buf[self.capture_from..self.end])?;
             self.capture_from = 0;
         }
         self.base += self.end as u64;
@@ -70,19 +68,20 @@ impl<B: Blocks> Source<B> {
         Ok(self.end > 0)
     }
 
-    /// Starts copying out the bytes the parser passes, from `pos`.
-    pub(super) fn start_capture(&mut self) {
-        self.capturing = true;
+    /// Starts capturing the bytes the parser passes, from `pos`, compacted
+    /// and at most `max` of them; past that, the pass stops with `over`.
+    pub(super) fn start_capture(&mut self, max: usize, over: Corruption) {
+        self.capture = Some(Capture::new(max, over));
         self.capture_from = self.pos;
-        self.captured.clear();
     }
 
-    /// Stops copying and returns what was copied.
-    pub(super) fn finish_capture(&mut self) -> Vec<u8> {
-        self.captured
-            .extend_from_slice(&self.buf[self.capture_from..self.pos]);
-        self.capturing = false;
-        std::mem::take(&mut self.captured)
+    /// Stops capturing and returns the compact text.
+    pub(super) fn finish_capture(&mut self) -> Result<Vec<u8>, Corruption> {
+        let Some(mut capture) = self.capture.take() else {
+            return Ok(Vec::new());
+        };
+        capture.take(&self.buf[self.capture_from..self.pos])?;
+        Ok(capture.into_bytes())
     }
 }
 
@@ -273,6 +272,25 @@ impl<B: Blocks> Source<B> {
         out: &mut Vec<u8>,
         max: usize,
     ) -> Result<bool, Corruption> {
+        self.decode_string(out, max, false)
+    }
+
+    /// [`Source::read_string`] for a string that is refused past `max`: false
+    /// as soon as it passes, without reading the rest of it.
+    pub(super) fn read_string_within(
+        &mut self,
+        out: &mut Vec<u8>,
+        max: usize,
+    ) -> Result<bool, Corruption> {
+        self.decode_string(out, max, true)
+    }
+
+    fn decode_string(
+        &mut self,
+        out: &mut Vec<u8>,
+        max: usize,
+        stop: bool,
+    ) -> Result<bool, Corruption> {
         let mut fits = true;
         let mut keep = |out: &mut Vec<u8>, bytes: &[u8]| {
             if fits && out.len() + bytes.len() <= max {
@@ -280,13 +298,16 @@ impl<B: Blocks> Source<B> {
             } else {
                 fits = false;
             }
+            fits || !stop
         };
         loop {
             let end = self.end;
             let start = self.pos;
             match find_special(&self.buf[..end], start) {
                 Some(i) => {
-                    keep(out, &self.buf[start..i]);
+                    if !keep(out, &self.buf[start..i]) {
+                        return Ok(false);
+                    }
                     match self.buf[i] {
                         b'"' => {
                             self.pos = i + 1;
@@ -295,7 +316,9 @@ impl<B: Blocks> Source<B> {
                         b'\\' => {
                             self.pos = i + 1;
                             let ch = self.escape()?;
-                            keep(out, ch.encode_utf8(&mut [0; 4]).as_bytes());
+                            if !keep(out, ch.encode_utf8(&mut [0; 4]).as_bytes()) {
+                                return Ok(false);
+                            }
                         }
                         _ => {
                             self.pos = i;
@@ -304,7 +327,9 @@ impl<B: Blocks> Source<B> {
                     }
                 }
                 None => {
-                    keep(out, &self.buf[start..end]);
+                    if !keep(out, &self.buf[start..end]) {
+                        return Ok(false);
+                    }
                     self.pos = end;
                     if !self.refill()? {
                         return Err(self.json_error("unexpected end of the document in a string"));

@@ -6,8 +6,10 @@
 //! chunk set and orders it; [`read_chunks`] inflates the concatenated payloads
 //! under the caps and parses the state in one streaming pass, without ever
 //! holding the decompressed document or the resource instances' attributes
-//! (a large state inflates on a second thread meanwhile). A state is either
-//! read whole or reported unreadable: never partly.
+//! (a large state inflates on a second thread meanwhile). What it keeps is
+//! capped too ([`MAX_OUTPUTS`], [`MAX_LINEAGE`], [`MAX_TERRAFORM_VERSION`]):
+//! a state past a cap is corrupt. A state is either read whole or reported
+//! unreadable: never partly.
 //!
 //! The layer returns plain data and emits nothing itself. The reconciler turns
 //! a [`StateReadable`] into
@@ -26,6 +28,7 @@
 //! `(sensitive)` and which has no Display, so they reach no log, event or
 //! Debug output by accident.
 
+mod capture;
 pub mod chunks;
 mod envelope;
 mod lexer;
@@ -48,6 +51,31 @@ pub const MAX_CHUNKS: usize = 32;
 
 /// At most this many bytes of decompressed state are read (64 MiB).
 pub const MAX_DECOMPRESSED: u64 = 64 * 1024 * 1024;
+
+/// At most this much of the root module's outputs is kept (4 MiB): their
+/// names, values and types as compact JSON text, plus [`OUTPUT_COST`] for
+/// each. The cap bounds what the reader holds, since the stream's cap does
+/// not: a state of a few KiB compressed inflates to a 60 MiB value. Outputs
+/// only reach Kubernetes objects (status, a pool's providerIDList, the
+/// machines' inputs Secrets), each at most about 1 MiB; four times that
+/// leaves room for the escapes a state spells values with (Terraform writes
+/// `<`, `>` and `&` as 6-byte `\u` escapes), and for pools with more
+/// instances than status keeps.
+pub const MAX_OUTPUTS: usize = 4 * 1024 * 1024;
+
+/// What each output is charged beyond its text, about what its map entry
+/// and its three allocations cost: a million tiny outputs are refused as one
+/// huge one is.
+pub const OUTPUT_COST: usize = 128;
+
+/// The longest lineage read. Terraform and OpenTofu write a 36-character
+/// UUID; the lineage goes into the annotations of every backup chunk, which
+/// hold 256 KiB together.
+pub const MAX_LINEAGE: usize = 256;
+
+/// The longest terraform_version read: a version such as
+/// `1.12.0-alpha20250319`, with room for build metadata.
+pub const MAX_TERRAFORM_VERSION: usize = 128;
 
 /// A compressed state above this size (900 KiB) is near the 1 MiB a single
 /// Secret can hold, which is all OpenTofu can write.
@@ -319,6 +347,18 @@ pub enum Corruption {
     TooManyChunks { count: usize },
     #[error("it decompresses to more than the cap of {MAX_DECOMPRESSED} bytes (64 MiB)")]
     TooLarge,
+    #[error(
+        "the root module's outputs exceed the cap of {MAX_OUTPUTS} bytes (4 MiB of names, values and types as JSON text, and {OUTPUT_COST} bytes per output); the output at byte {offset} of the decompressed state passes it"
+    )]
+    OutputsTooLarge { offset: u64 },
+    #[error(
+        "{field} is longer than the cap of {cap} bytes (the string at byte {offset} of the decompressed state)"
+    )]
+    TooLong {
+        field: &'static str,
+        cap: usize,
+        offset: u64,
+    },
     #[error("gzip: {0}")]
     Gzip(String),
     #[error("invalid JSON at byte {offset} of the decompressed state: {detail}")]

@@ -357,6 +357,68 @@ mod tests {
         );
     }
 
+    /// `head`, `mebibytes` MiB of `x`, then `tail`, as gzip members: the
+    /// 1 MiB member is compressed once and repeated.
+    fn padded(head: &str, mebibytes: usize, tail: &str) -> Vec<u8> {
+        let mib = gzip(&vec![b'x'; 1 << 20]);
+        let mut out = gzip(head.as_bytes());
+        for _ in 0..mebibytes {
+            out.extend_from_slice(&mib);
+        }
+        out.extend_from_slice(&gzip(tail.as_bytes()));
+        out
+    }
+
+    #[test]
+    fn caps_passed_are_corrupt_states_with_a_message_that_says_which() {
+        let suffix = "0123456789abcdef-m";
+        let name = crate::names::state_secret(suffix);
+        // (the document around the padding, what the message says, and the
+        // offset it names: the output's or the string's)
+        for (head, mebibytes, tail, says, at) in [
+            (
+                r#"{"version": 4, "outputs": {"o": {"type": "string", "value": ""#,
+                60,
+                r#""}}}"#,
+                "outputs exceed the cap of 4194304 bytes (4 MiB",
+                27,
+            ),
+            (
+                r#"{"version": 4, "lineage": ""#,
+                1,
+                r#""}"#,
+                "lineage is longer than the cap of 256 bytes",
+                26,
+            ),
+            (
+                r#"{"version": 4, "terraform_version": ""#,
+                1,
+                r#""}"#,
+                "terraform_version is longer than the cap of 128 bytes",
+                36,
+            ),
+        ] {
+            let payload = padded(head, mebibytes, tail);
+            let outcome = crate::state::classify(
+                suffix,
+                &[crate::state::ChunkSecret {
+                    name: &name,
+                    payload: Some(&payload),
+                }],
+            );
+            assert_eq!(
+                outcome.reason(),
+                crate::state::Reason::StateCorrupt,
+                "{says}"
+            );
+            assert_eq!(outcome.metric_reason(), Some("corrupt"), "{says}");
+            let message = outcome.message();
+            assert!(message.contains(says), "{message}");
+            assert!(message.contains(&format!("at byte {at} ")), "{message}");
+            assert!(!message.contains("xx"), "{message}");
+        }
+    }
+
     #[test]
     fn concat_reads_chunks_in_order_across_empty_ones() {
         let chunks: [&[u8]; 4] = [b"ab", b"", b"c", b"def"];
