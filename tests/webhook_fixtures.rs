@@ -195,3 +195,47 @@ async fn an_object_past_the_values_cap_is_refused() {
     let review: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(review["response"]["allowed"], true, "{review}");
 }
+
+/// The pod's security context is judged as the main container's is (ref
+/// Appendix B "Stricter WH"), and a value an object already held is not
+/// judged again on UPDATE, so that the manager's finalizer patch passes.
+#[tokio::test]
+async fn the_pod_security_context_is_hardened_too() {
+    let app = router(Arc::new(Webhooks::offline()));
+    let cluster = |pod: &str, finalizers: &str| {
+        format!(
+            r#"{{"apiVersion":"infrastructure.cluster.x-k8s.io/v1alpha1","kind":"TerraformCluster","metadata":{{"name":"c","namespace":"default","finalizers":{finalizers}}},"spec":{{"source":{{"image":"ghcr.io/x/module:v1"}},"identityRef":{{"name":"id"}},"jobs":{{"podSecurityContext":{pod}}}}}}}"#
+        )
+    };
+    let answer = |body: String| {
+        let app = app.clone();
+        async move {
+            let response = post(&app, "/validate", body).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            let bytes = response.into_body().collect().await.unwrap().to_bytes();
+            let review: Value = serde_json::from_slice(&bytes).unwrap();
+            review["response"].clone()
+        }
+    };
+    let unconfined = r#"{"seccompProfile":{"type":"Unconfined"}}"#;
+    let r = answer(review_of("CREATE", &cluster(unconfined, "[]"), "null")).await;
+    assert_eq!(r["allowed"], false, "{r}");
+    assert_eq!(r["status"]["code"], 422);
+    assert_eq!(
+        r["status"]["message"],
+        "spec.jobs.podSecurityContext.seccompProfile.type: must not be Unconfined: use RuntimeDefault or Localhost (got \"Unconfined\")"
+    );
+    // Stored before the rule: the finalizer patch passes.
+    let r = answer(review_of(
+        "UPDATE",
+        &cluster(unconfined, r#"["captf.io/finalizer"]"#),
+        &cluster(unconfined, "[]"),
+    ))
+    .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    // A hardened context passes on CREATE.
+    let hardened =
+        r#"{"runAsNonRoot":true,"runAsUser":1000,"seccompProfile":{"type":"RuntimeDefault"}}"#;
+    let r = answer(review_of("CREATE", &cluster(hardened, "[]"), "null")).await;
+    assert_eq!(r["allowed"], true, "{r}");
+}

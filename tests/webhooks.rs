@@ -165,6 +165,185 @@ async fn lock_timeout_rule_in_every_jobs_policy() {
 }
 
 #[tokio::test]
+async fn both_security_contexts_are_hardened_in_every_jobs_policy() {
+    let client = setup().await;
+    let ns = captf_testkit::namespace(&client, "wh-security").await;
+    const ROOT: &str = "a Job does not run as root";
+    const UNCONFINED: &str = "must not be Unconfined: use RuntimeDefault or Localhost";
+    const SE_LINUX: &str = "must be unset or one of container_t, container_init_t, container_kvm_t, container_engine_t: other types, such as spc_t, may run unconfined (got \"spc_t\")";
+    // (context, its field set loose, message after the field path)
+    let refused = [
+        (
+            "securityContext",
+            json!({"readOnlyRootFilesystem": false}),
+            "readOnlyRootFilesystem: must not be false: a Job writes only to its volumes (got false)"
+                .to_string(),
+        ),
+        (
+            "securityContext",
+            json!({"procMount": "Unmasked"}),
+            "procMount: must not be Unmasked: /proc stays masked (got \"Unmasked\")".to_string(),
+        ),
+        (
+            "securityContext",
+            json!({"seccompProfile": {"type": "Unconfined"}}),
+            format!("seccompProfile.type: {UNCONFINED} (got \"Unconfined\")"),
+        ),
+        (
+            "podSecurityContext",
+            json!({"seccompProfile": {"type": "Unconfined"}}),
+            format!("seccompProfile.type: {UNCONFINED} (got \"Unconfined\")"),
+        ),
+        (
+            "securityContext",
+            json!({"appArmorProfile": {"type": "Unconfined"}}),
+            format!("appArmorProfile.type: {UNCONFINED} (got \"Unconfined\")"),
+        ),
+        (
+            "podSecurityContext",
+            json!({"appArmorProfile": {"type": "Unconfined"}}),
+            format!("appArmorProfile.type: {UNCONFINED} (got \"Unconfined\")"),
+        ),
+        (
+            "securityContext",
+            json!({"seLinuxOptions": {"type": "spc_t"}}),
+            format!("seLinuxOptions.type: {SE_LINUX}"),
+        ),
+        (
+            "podSecurityContext",
+            json!({"seLinuxOptions": {"type": "spc_t"}}),
+            format!("seLinuxOptions.type: {SE_LINUX}"),
+        ),
+        (
+            "securityContext",
+            json!({"runAsUser": 0}),
+            format!("runAsUser: must not be 0: {ROOT} (got 0)"),
+        ),
+        (
+            "podSecurityContext",
+            json!({"runAsUser": 0}),
+            format!("runAsUser: must not be 0: {ROOT} (got 0)"),
+        ),
+        (
+            "securityContext",
+            json!({"runAsNonRoot": false}),
+            format!("runAsNonRoot: must not be false: {ROOT} (got false)"),
+        ),
+        (
+            "podSecurityContext",
+            json!({"runAsNonRoot": false}),
+            format!("runAsNonRoot: must not be false: {ROOT} (got false)"),
+        ),
+        (
+            "securityContext",
+            json!({"windowsOptions": {"hostProcess": true}}),
+            "windowsOptions.hostProcess: must not be true: a Job never runs as a host process (got true)"
+                .to_string(),
+        ),
+        (
+            "podSecurityContext",
+            json!({"windowsOptions": {"hostProcess": true}}),
+            "windowsOptions.hostProcess: must not be true: a Job never runs as a host process (got true)"
+                .to_string(),
+        ),
+    ];
+    for (i, (field, context, message)) in refused.iter().enumerate() {
+        let mut jobs = json!({});
+        jobs[*field] = context.clone();
+        let err = create(
+            &client,
+            &ns,
+            "TerraformMachine",
+            &format!("m{i}"),
+            machine_spec(jobs),
+        )
+        .await
+        .expect_err(message);
+        assert!(err.starts_with("422 "), "{err}");
+        assert!(
+            err.contains(&format!("spec.jobs.{field}.{message}")),
+            "{err}"
+        );
+    }
+
+    // Both contexts, in every jobs policy of every kind.
+    let loose = json!({
+        "securityContext": {"runAsUser": 0},
+        "podSecurityContext": {"seLinuxOptions": {"type": "spc_t"}},
+    });
+    let expect = |err: &str, path: &str| {
+        assert!(err.starts_with("422 "), "{err}");
+        assert!(
+            err.contains(&format!(
+                "{path}.securityContext.runAsUser: must not be 0: {ROOT} (got 0)"
+            )),
+            "{path}: {err}"
+        );
+        assert!(
+            err.contains(&format!(
+                "{path}.podSecurityContext.seLinuxOptions.type: {SE_LINUX}"
+            )),
+            "{path}: {err}"
+        );
+    };
+    let err = create(
+        &client,
+        &ns,
+        "TerraformMachinePool",
+        "p",
+        machine_spec(loose.clone()),
+    )
+    .await
+    .expect_err("refused");
+    expect(&err, "spec.jobs");
+    let cluster = json!({"source": {"image": IMAGE}, "identityRef": {"name": "creds"}, "defaults": {"jobs": loose}});
+    let err = create(&client, &ns, "TerraformCluster", "c", cluster)
+        .await
+        .expect_err("refused");
+    expect(&err, "spec.defaults.jobs");
+    for kind in ["TerraformMachineTemplate", "TerraformMachinePoolTemplate"] {
+        let template = json!({"template": {"spec": machine_spec(loose.clone())}});
+        let err = create(&client, &ns, kind, "t", template)
+            .await
+            .expect_err("refused");
+        expect(&err, "spec.template.spec.jobs");
+    }
+    let template =
+        json!({"template": {"spec": {"source": {"image": IMAGE}, "defaults": {"jobs": loose}}}});
+    let err = create(&client, &ns, "TerraformClusterTemplate", "t", template)
+        .await
+        .expect_err("refused");
+    expect(&err, "spec.template.spec.defaults.jobs");
+
+    // Hardened contexts pass.
+    let hardened = json!({
+        "securityContext": {
+            "runAsNonRoot": true, "runAsUser": 1000, "readOnlyRootFilesystem": true,
+            "procMount": "Default", "seccompProfile": {"type": "RuntimeDefault"},
+            "appArmorProfile": {"type": "RuntimeDefault"}, "seLinuxOptions": {"type": "container_t"},
+        },
+        "podSecurityContext": {
+            "runAsNonRoot": true, "runAsUser": 1000, "fsGroup": 65532,
+            "seccompProfile": {"type": "RuntimeDefault"}, "appArmorProfile": {"type": "RuntimeDefault"},
+            "seLinuxOptions": {"type": "container_t"},
+        },
+    });
+    create(
+        &client,
+        &ns,
+        "TerraformMachine",
+        "ok",
+        machine_spec(hardened.clone()),
+    )
+    .await
+    .unwrap();
+    let cluster = json!({"source": {"image": IMAGE}, "identityRef": {"name": "creds"}, "defaults": {"jobs": hardened}});
+    create(&client, &ns, "TerraformCluster", "ok", cluster)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
 async fn restore_state_annotation() {
     let client = setup().await;
     let ns = captf_testkit::namespace(&client, "wh-restore").await;

@@ -121,15 +121,23 @@ pub struct JobPolicy {
     /// escalation and a read-only root filesystem; a value is merged over
     /// them field by field, so only the fields it sets change (capabilities
     /// is one field). For machines and pools it replaces the cluster
-    /// defaults' as a whole. Privileged containers, privilege escalation and
-    /// added capabilities are rejected.
+    /// defaults' as a whole. Privileged containers, privilege escalation,
+    /// added capabilities, a writable root filesystem, an Unmasked procMount,
+    /// Unconfined seccomp or AppArmor profiles, SELinux types other than
+    /// container_t, container_init_t, container_kvm_t and container_engine_t
+    /// (spc_t above all), runAsUser 0, runAsNonRoot false and Windows host
+    /// processes are rejected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub security_context: Option<SecurityContext>,
 
     /// Security context of the Job's pod. The defaults are seccomp
     /// RuntimeDefault and fsGroup 65532 (the group that reads the Secret
     /// volumes); a value is merged over them field by field. For machines
-    /// and pools it replaces the cluster defaults' as a whole.
+    /// and pools it replaces the cluster defaults' as a whole. Unconfined
+    /// seccomp or AppArmor profiles, SELinux types other than container_t,
+    /// container_init_t, container_kvm_t and container_engine_t (spc_t above
+    /// all), runAsUser 0, runAsNonRoot false and Windows host processes are
+    /// rejected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_security_context: Option<PodSecurityContext>,
 }

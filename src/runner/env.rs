@@ -5,6 +5,10 @@
 //! or KUBE_* that arrived with a credential or the image's ENV, so every such
 //! name goes, whatever its source; only the values the Job sets on purpose
 //! survive, and those are forced rather than trusted.
+//!
+//! The CLI configuration (credentials, hosts, provider installation) is the
+//! runner's too: HOME is forced, and every other variable either runtime
+//! reads to find a CLI configuration goes as well ([`CLI_CONFIG_VARS`]).
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -67,9 +71,28 @@ pub fn step_env(
     }
 }
 
+/// The variables outside TF_* that Terraform or OpenTofu read to find a CLI
+/// configuration, HOME aside (forced):
+/// - TERRAFORM_CONFIG: the legacy name of TF_CLI_CONFIG_FILE, read by both
+///   runtimes when TF_CLI_CONFIG_FILE is unset, as it is when the image ships
+///   no providers. A credential key is a file of the credentials mount, so a
+///   credential could otherwise name a CLI configuration it brings itself.
+/// - TOFU_CLI_CONFIG_FILE: not read by OpenTofu 1.x, but a name it may take
+///   up for TF_CLI_CONFIG_FILE, and tools set it beside that one.
+/// - XDG_CONFIG_HOME: OpenTofu reads `$XDG_CONFIG_HOME/opentofu/tofurc` and
+///   the `*.tfrc` files of `$XDG_CONFIG_HOME/opentofu` when HOME holds no CLI
+///   configuration, which the forced HOME never does.
+pub const CLI_CONFIG_VARS: &[&str] = &[
+    "TERRAFORM_CONFIG",
+    "TOFU_CLI_CONFIG_FILE",
+    "XDG_CONFIG_HOME",
+];
+
 fn is_reserved(name: &OsStr) -> bool {
-    let name = name.as_encoded_bytes();
-    name.starts_with(b"TF_") || name.starts_with(b"KUBE_")
+    let bytes = name.as_encoded_bytes();
+    bytes.starts_with(b"TF_")
+        || bytes.starts_with(b"KUBE_")
+        || CLI_CONFIG_VARS.iter().any(|var| bytes == var.as_bytes())
 }
 
 #[cfg(test)]
@@ -134,6 +157,13 @@ mod tests {
                 ("TF_LOG", "TRACE"),
                 ("TF_PLUGIN_CACHE_DIR", "/cache"),
                 ("TF_CLI_CONFIG_FILE", "/evil.tfrc"),
+                ("TERRAFORM_CONFIG", "/var/run/captf/credentials/tfrc"),
+                ("TOFU_CLI_CONFIG_FILE", "/evil.tofurc"),
+                ("XDG_CONFIG_HOME", "/evil"),
+                (
+                    "terraform_config",
+                    "kept: the runtimes read only upper case",
+                ),
                 ("KUBE_CONFIG_PATH", "/other/kubeconfig"),
                 ("KUBE_TOKEN", "t0ken"),
                 ("KUBECONFIG", "/kept/kubeconfig"),
@@ -147,6 +177,7 @@ mod tests {
             [
                 "KUBE_CONFIG_PATH",
                 "KUBE_TOKEN",
+                "TERRAFORM_CONFIG",
                 "TF_CLI_ARGS",
                 "TF_CLI_ARGS_apply",
                 "TF_CLI_CONFIG_FILE",
@@ -154,6 +185,8 @@ mod tests {
                 "TF_PLUGIN_CACHE_DIR",
                 "TF_VAR_region",
                 "TF_WORKSPACE",
+                "TOFU_CLI_CONFIG_FILE",
+                "XDG_CONFIG_HOME",
             ]
         );
         let names: Vec<_> = got.vars.keys().map(|k| k.to_str().unwrap()).collect();
@@ -166,6 +199,7 @@ mod tests {
                 "TF_INPUT",
                 "TF_IN_AUTOMATION",
                 "TMPDIR",
+                "terraform_config",
                 "tf_var_lower"
             ]
         );
@@ -242,7 +276,19 @@ mod tests {
             with.vars[OsStr::new("TF_CLI_CONFIG_FILE")],
             "/captf/work/cli.tfrc"
         );
-        let without = step_env(env(&[("TF_CLI_CONFIG_FILE", "/x")]), Path::new(WORK), None);
-        assert!(!without.vars.contains_key(OsStr::new("TF_CLI_CONFIG_FILE")));
+        // Without the runner's file no variable names another one: the
+        // runtime falls back to HOME, the working directory.
+        let without = step_env(
+            env(&[
+                ("TF_CLI_CONFIG_FILE", "/x"),
+                ("TERRAFORM_CONFIG", "/y"),
+                ("XDG_CONFIG_HOME", "/z"),
+            ]),
+            Path::new(WORK),
+            None,
+        );
+        for name in ["TF_CLI_CONFIG_FILE", "TERRAFORM_CONFIG", "XDG_CONFIG_HOME"] {
+            assert!(!without.vars.contains_key(OsStr::new(name)), "{name}");
+        }
     }
 }

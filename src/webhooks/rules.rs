@@ -4,7 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{EnvVar, SecurityContext};
+use k8s_openapi::api::core::v1::{
+    AppArmorProfile, EnvVar, PodSecurityContext, SELinuxOptions, SeccompProfile, SecurityContext,
+    WindowsSecurityContextOptions,
+};
 use serde_json::Value;
 
 use crate::names::Kind;
@@ -138,6 +141,136 @@ pub fn security_context_hardened(path: &str, context: &SecurityContext) -> Vec<V
             format!("{path}.capabilities.add"),
             "must be empty: a Job adds no capabilities",
             Some(format!("{add:?}")),
+        ));
+    }
+    violations
+}
+
+/// The SELinux types a Job may ask for: those of the Pod Security Standards'
+/// baseline profile. Any other type (`spc_t`, the type of privileged
+/// containers, above all) may run unconfined.
+const SELINUX_TYPES: &[&str] = &[
+    "container_t",
+    "container_init_t",
+    "container_kvm_t",
+    "container_engine_t",
+];
+
+/// Rule 3, stricter (ref Appendix B "Stricter WH"), for the main container's
+/// context: the root filesystem stays read-only and /proc stays masked, and
+/// the rules every context shares ([`pod_security_context_strict`]).
+pub fn security_context_strict(path: &str, context: &SecurityContext) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    if context.read_only_root_filesystem == Some(false) {
+        violations.push(Violation::invalid(
+            format!("{path}.readOnlyRootFilesystem"),
+            "must not be false: a Job writes only to its volumes",
+            Some("false".into()),
+        ));
+    }
+    if let Some(proc_mount) = context.proc_mount.as_deref()
+        && proc_mount == "Unmasked"
+    {
+        violations.push(Violation::invalid(
+            format!("{path}.procMount"),
+            "must not be Unmasked: /proc stays masked",
+            Some(echo(proc_mount)),
+        ));
+    }
+    violations.extend(shared_strict(
+        path,
+        Shared {
+            seccomp: context.seccomp_profile.as_ref(),
+            app_armor: context.app_armor_profile.as_ref(),
+            se_linux: context.se_linux_options.as_ref(),
+            run_as_user: context.run_as_user,
+            run_as_non_root: context.run_as_non_root,
+            windows: context.windows_options.as_ref(),
+        },
+    ));
+    violations
+}
+
+/// Rule 3, stricter (ref Appendix B "Stricter WH"), for the pod's context:
+/// the same rules as the main container's, for the fields a pod context has.
+pub fn pod_security_context_strict(path: &str, context: &PodSecurityContext) -> Vec<Violation> {
+    shared_strict(
+        path,
+        Shared {
+            seccomp: context.seccomp_profile.as_ref(),
+            app_armor: context.app_armor_profile.as_ref(),
+            se_linux: context.se_linux_options.as_ref(),
+            run_as_user: context.run_as_user,
+            run_as_non_root: context.run_as_non_root,
+            windows: context.windows_options.as_ref(),
+        },
+    )
+}
+
+/// The fields a container and a pod context share.
+struct Shared<'a> {
+    seccomp: Option<&'a SeccompProfile>,
+    app_armor: Option<&'a AppArmorProfile>,
+    se_linux: Option<&'a SELinuxOptions>,
+    run_as_user: Option<i64>,
+    run_as_non_root: Option<bool>,
+    windows: Option<&'a WindowsSecurityContextOptions>,
+}
+
+/// No unconfined seccomp or AppArmor profile, no SELinux type outside the
+/// baseline's, no root user, no host process.
+fn shared_strict(path: &str, context: Shared<'_>) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    if let Some(seccomp) = context.seccomp
+        && seccomp.type_ == "Unconfined"
+    {
+        violations.push(Violation::invalid(
+            format!("{path}.seccompProfile.type"),
+            "must not be Unconfined: use RuntimeDefault or Localhost",
+            Some(echo(&seccomp.type_)),
+        ));
+    }
+    if let Some(app_armor) = context.app_armor
+        && app_armor.type_ == "Unconfined"
+    {
+        violations.push(Violation::invalid(
+            format!("{path}.appArmorProfile.type"),
+            "must not be Unconfined: use RuntimeDefault or Localhost",
+            Some(echo(&app_armor.type_)),
+        ));
+    }
+    if let Some(se_type) = context.se_linux.and_then(|o| o.type_.as_deref())
+        && !se_type.is_empty()
+        && !SELINUX_TYPES.contains(&se_type)
+    {
+        violations.push(Violation::invalid(
+            format!("{path}.seLinuxOptions.type"),
+            format!(
+                "must be unset or one of {}: other types, such as spc_t, may run unconfined",
+                SELINUX_TYPES.join(", ")
+            ),
+            Some(echo(se_type)),
+        ));
+    }
+    if context.run_as_user == Some(0) {
+        violations.push(Violation::invalid(
+            format!("{path}.runAsUser"),
+            "must not be 0: a Job does not run as root",
+            Some("0".into()),
+        ));
+    }
+    if context.run_as_non_root == Some(false) {
+        violations.push(Violation::invalid(
+            format!("{path}.runAsNonRoot"),
+            "must not be false: a Job does not run as root",
+            Some("false".into()),
+        ));
+    }
+    if context.windows.and_then(|w| w.host_process) == Some(true) {
+        violations.push(Violation::invalid(
+            format!("{path}.windowsOptions.hostProcess"),
+            "must not be true: a Job never runs as a host process",
+            Some("true".into()),
         ));
     }
     violations
@@ -320,238 +453,4 @@ pub fn allowed_namespaces_not_empty(
 }
 
 #[cfg(test)]
-mod tests {
-    use k8s_openapi::api::core::v1::Capabilities;
-
-    use super::*;
-
-    #[test]
-    fn lock_timeout_against_deadline() {
-        // (lock, deadline, refused)
-        let table = [
-            (Some(600), Some(300), true),
-            (Some(3600), None, true),
-            (None, Some(200), true),
-            (None, Some(300), true),
-            (Some(60), Some(300), false),
-            (None, None, false),
-            (Some(3599), None, false),
-            (None, Some(301), false),
-            (Some(0), Some(1), false),
-            (Some(1), Some(1), true),
-            // 0 means unset: the default of 3600 applies.
-            (Some(3000), Some(0), false),
-            (Some(3600), Some(0), true),
-        ];
-        for (lock, deadline, refused) in table {
-            let got = lock_timeout_below_deadline("spec.jobs", lock, deadline);
-            assert_eq!(got.is_some(), refused, "{lock:?} {deadline:?}: {got:?}");
-        }
-        let message = lock_timeout_below_deadline("spec.jobs", Some(3600), None)
-            .unwrap()
-            .message();
-        assert_eq!(
-            message,
-            "spec.jobs.lockTimeoutSeconds: must be less than activeDeadlineSeconds, so that waiting for the state lock cannot use up the Job's deadline (got lockTimeoutSeconds 3600, activeDeadlineSeconds 3600 by default)"
-        );
-    }
-
-    #[test]
-    fn restore_serial_shapes() {
-        let table = [
-            ("7", Some(7)),
-            ("1", Some(1)),
-            ("18446744073709551615", Some(u64::MAX)),
-            ("18446744073709551616", None),
-            ("07", None),
-            ("0", None),
-            ("-1", None),
-            ("+1", None),
-            ("abc", None),
-            ("", None),
-            (" 7", None),
-            ("7 ", None),
-            ("٣", None),
-        ];
-        for (value, want) in table {
-            assert_eq!(parse_restore_serial(value), want, "{value:?}");
-        }
-    }
-
-    #[test]
-    fn restore_state_on_create_and_update() {
-        let backups = [5, 7];
-        // (new, old on UPDATE, deleting, refused, forbidden)
-        type Row<'a> = (Option<&'a str>, Option<Option<&'a str>>, bool, bool, bool);
-        let table: &[Row] = &[
-            (None, None, false, false, false),
-            (Some("7"), None, false, false, false),
-            // CREATE checks only the shape, listed or not.
-            (Some("9"), None, false, false, false),
-            (Some("07"), None, false, true, false),
-            (Some("7"), Some(None), false, false, false),
-            (Some("9"), Some(None), false, true, false),
-            (Some("9"), Some(Some("7")), false, true, false),
-            // Unchanged: not re-checked (the backup may have been pruned since).
-            (Some("9"), Some(Some("9")), false, false, false),
-            (Some("7"), Some(None), true, true, true),
-            (Some("9"), Some(Some("9")), true, false, false),
-            (Some("abc"), Some(Some("abc")), false, true, false),
-            (None, Some(Some("7")), false, false, false),
-        ];
-        for (new, old, deleting, refused, forbidden) in table {
-            let got = restore_state(*new, *old, &backups, *deleting);
-            assert_eq!(
-                got.is_some(),
-                *refused,
-                "{new:?} {old:?} {deleting}: {got:?}"
-            );
-            if let Some(v) = got {
-                assert_eq!(v.forbidden, *forbidden, "{new:?} {old:?}");
-                assert_eq!(v.code(), if *forbidden { 403 } else { 422 });
-                assert!(v.message().starts_with(RESTORE_STATE_PATH));
-            }
-        }
-        let message = restore_state(Some("9"), Some(None), &backups, false)
-            .unwrap()
-            .message();
-        assert!(message.contains("(listed: 5, 7)"), "{message}");
-    }
-
-    #[test]
-    fn variable_keys() {
-        let table = [
-            ("region", Kind::Machine, None),
-            ("_x", Kind::Machine, None),
-            ("a-b_c9", Kind::Machine, None),
-            ("9lives", Kind::Machine, Some("must match")),
-            ("a.b", Kind::Machine, Some("must match")),
-            ("", Kind::Machine, Some("must match")),
-            ("captf_anything", Kind::Cluster, Some("captf_")),
-            ("bootstrap_data", Kind::Machine, Some("contract input")),
-            ("bootstrap_data", Kind::Cluster, None),
-            ("replicas", Kind::MachinePool, Some("contract input")),
-            ("replicas", Kind::Machine, None),
-            (
-                "control_plane_endpoint",
-                Kind::Cluster,
-                Some("contract input"),
-            ),
-            ("count", Kind::Cluster, Some("meta-argument")),
-            ("lifecycle", Kind::MachinePool, Some("meta-argument")),
-        ];
-        for (key, role, want) in table {
-            let got = variable_key_rule(key, role);
-            match want {
-                None => assert_eq!(got, None, "{key}"),
-                Some(fragment) => {
-                    assert!(got.is_some_and(|r| r.contains(fragment)), "{key}: {got:?}")
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn variables_object_rules_never_echo_values() {
-        let object =
-            |json: Value| -> BTreeMap<String, Value> { serde_json::from_value(json).unwrap() };
-        let ok = object(serde_json::json!({"region": "eu", "size": 3}));
-        assert!(variables("spec.variables", &ok, Kind::Machine).is_empty());
-        let secretish = object(serde_json::json!({"count": "hunter2"}));
-        let v = variables("spec.variables", &secretish, Kind::Machine);
-        assert_eq!(v.len(), 1);
-        assert_eq!(v[0].path, "spec.variables.count");
-        assert!(!v[0].message().contains("hunter2"));
-        let many: BTreeMap<String, Value> =
-            (0..257).map(|i| (format!("v{i}"), Value::Null)).collect();
-        let v = variables("spec.variables", &many, Kind::Cluster);
-        assert_eq!(
-            v[0].message(),
-            "spec.variables: must have at most 256 keys (got 257 keys)"
-        );
-    }
-
-    #[test]
-    fn security_context_rules() {
-        let hardened = SecurityContext {
-            privileged: Some(false),
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                add: Some(vec![]),
-            }),
-            ..Default::default()
-        };
-        assert!(security_context_hardened("spec.jobs.securityContext", &hardened).is_empty());
-        let loose = SecurityContext {
-            privileged: Some(true),
-            allow_privilege_escalation: Some(true),
-            capabilities: Some(Capabilities {
-                add: Some(vec!["NET_ADMIN".into()]),
-                drop: None,
-            }),
-            ..Default::default()
-        };
-        let paths: Vec<String> = security_context_hardened("spec.jobs.securityContext", &loose)
-            .into_iter()
-            .map(|v| v.path)
-            .collect();
-        assert_eq!(
-            paths,
-            [
-                "spec.jobs.securityContext.privileged",
-                "spec.jobs.securityContext.allowPrivilegeEscalation",
-                "spec.jobs.securityContext.capabilities.add",
-            ]
-        );
-    }
-
-    #[test]
-    fn env_warnings_name_each_dropped_entry() {
-        let env: Vec<EnvVar> = ["TF_LOG", "REGION", "KUBE_CONFIG", "TFX", "KUBECONFIG"]
-            .iter()
-            .map(|n| EnvVar {
-                name: n.to_string(),
-                ..Default::default()
-            })
-            .collect();
-        let warnings = dropped_env_warnings("spec.jobs.env", &env);
-        assert_eq!(warnings.len(), 2);
-        assert!(warnings[0].starts_with("spec.jobs.env[0].name: \"TF_LOG\""));
-        assert!(warnings[1].starts_with("spec.jobs.env[2].name: \"KUBE_CONFIG\""));
-    }
-
-    #[test]
-    fn set_once_and_immutable() {
-        assert!(set_once("spec.providerID", None, Some("aws:///i-1")).is_none());
-        assert!(set_once("spec.providerID", Some(""), Some("aws:///i-1")).is_none());
-        assert!(set_once("spec.providerID", Some("aws:///i-1"), Some("aws:///i-1")).is_none());
-        assert!(set_once("spec.providerID", Some("aws:///i-1"), Some("aws:///i-2")).is_some());
-        assert!(set_once("spec.providerID", Some("aws:///i-1"), None).is_some());
-        assert!(immutable("spec.source", &"a", &"a", "is immutable").is_none());
-        assert_eq!(
-            immutable("spec.source", &"a", &"b", "is immutable")
-                .unwrap()
-                .message(),
-            "spec.source: is immutable"
-        );
-    }
-
-    #[test]
-    fn exactly_one_source_and_allowed_namespaces() {
-        assert!(variables_source_exactly_one("spec.variablesFrom[0]", true, false).is_none());
-        assert!(variables_source_exactly_one("spec.variablesFrom[0]", false, true).is_none());
-        assert!(variables_source_exactly_one("spec.variablesFrom[0]", true, true).is_some());
-        assert!(variables_source_exactly_one("spec.variablesFrom[0]", false, false).is_some());
-        assert!(allowed_namespaces_not_empty("spec.allowedNamespaces", false, false).is_some());
-        assert!(allowed_namespaces_not_empty("spec.allowedNamespaces", true, false).is_none());
-        assert!(allowed_namespaces_not_empty("spec.allowedNamespaces", false, true).is_none());
-    }
-
-    #[test]
-    fn long_values_are_cut() {
-        let long = "x".repeat(100);
-        assert!(echo(&long).ends_with("\"..."));
-        assert_eq!(echo("7"), "\"7\"");
-    }
-}
+mod tests;

@@ -164,9 +164,16 @@ fn cluster(
     review: &Review<'_>,
     v: &mut Verdict,
 ) {
-    workspace("spec", &new.spec.workspace, Kind::Cluster, v);
+    workspace(
+        "spec",
+        &new.spec.workspace,
+        old.map(|o| &o.spec.workspace),
+        Kind::Cluster,
+        v,
+    );
     if let Some(jobs) = new.spec.defaults.as_ref().and_then(|d| d.jobs.as_ref()) {
-        job_policy("spec.defaults.jobs", jobs, v);
+        let old_jobs = old.and_then(|o| o.spec.defaults.as_ref()?.jobs.as_ref());
+        job_policy("spec.defaults.jobs", jobs, old_jobs, v);
     }
     if new.spec.workspace.identity_ref.is_none() {
         v.refuse(Some(Violation::invalid(
@@ -221,7 +228,13 @@ fn machine(
     review: &Review<'_>,
     v: &mut Verdict,
 ) {
-    workspace("spec", &new.spec.workspace, Kind::Machine, v);
+    workspace(
+        "spec",
+        &new.spec.workspace,
+        old.map(|o| &o.spec.workspace),
+        Kind::Machine,
+        v,
+    );
     if let Some(old) = old {
         let (n, o) = (&new.spec.workspace, &old.spec.workspace);
         const RULE: &str =
@@ -271,7 +284,13 @@ fn machine_pool(
     review: &Review<'_>,
     v: &mut Verdict,
 ) {
-    workspace("spec", &new.spec.workspace, Kind::MachinePool, v);
+    workspace(
+        "spec",
+        &new.spec.workspace,
+        old.map(|o| &o.spec.workspace),
+        Kind::MachinePool,
+        v,
+    );
     restore_state(
         new.metadata.annotations.as_ref(),
         old.map(|o| {
@@ -311,9 +330,17 @@ fn cluster_template(
     v: &mut Verdict,
 ) {
     let spec = &new.spec.template.spec;
-    workspace(TEMPLATE_SPEC, &spec.workspace, Kind::Cluster, v);
+    let old_spec = old.map(|o| &o.spec.template.spec);
+    workspace(
+        TEMPLATE_SPEC,
+        &spec.workspace,
+        old_spec.map(|s| &s.workspace),
+        Kind::Cluster,
+        v,
+    );
     if let Some(jobs) = spec.defaults.as_ref().and_then(|d| d.jobs.as_ref()) {
-        job_policy("spec.template.spec.defaults.jobs", jobs, v);
+        let old_jobs = old_spec.and_then(|s| s.defaults.as_ref()?.jobs.as_ref());
+        job_policy("spec.template.spec.defaults.jobs", jobs, old_jobs, v);
     }
     template_immutable(old.map(|o| &o.spec.template.spec), spec, review, v);
 }
@@ -325,7 +352,8 @@ fn machine_template(
     v: &mut Verdict,
 ) {
     let spec = &new.spec.template.spec;
-    workspace(TEMPLATE_SPEC, &spec.workspace, Kind::Machine, v);
+    let old_spec = old.map(|o| &o.spec.template.spec.workspace);
+    workspace(TEMPLATE_SPEC, &spec.workspace, old_spec, Kind::Machine, v);
     template_immutable(old.map(|o| &o.spec.template.spec), spec, review, v);
 }
 
@@ -336,7 +364,14 @@ fn machine_pool_template(
     v: &mut Verdict,
 ) {
     let spec = &new.spec.template.spec;
-    workspace(TEMPLATE_SPEC, &spec.workspace, Kind::MachinePool, v);
+    let old_spec = old.map(|o| &o.spec.template.spec.workspace);
+    workspace(
+        TEMPLATE_SPEC,
+        &spec.workspace,
+        old_spec,
+        Kind::MachinePool,
+        v,
+    );
     template_immutable(old.map(|o| &o.spec.template.spec), spec, review, v);
 }
 
@@ -350,8 +385,15 @@ fn identity(new: &TerraformClusterIdentity, v: &mut Verdict) {
     }
 }
 
-/// The rules for the fields every workload kind shares, under `path`.
-fn workspace(path: &str, spec: &WorkspaceSpec, role: Kind, v: &mut Verdict) {
+/// The rules for the fields every workload kind shares, under `path`; `old`
+/// is the same spec before an UPDATE.
+fn workspace(
+    path: &str,
+    spec: &WorkspaceSpec,
+    old: Option<&WorkspaceSpec>,
+    role: Kind,
+    v: &mut Verdict,
+) {
     if let Err(e) = ImageRef::parse(&spec.source.image) {
         v.refuse(Some(Violation::invalid(
             format!("{path}.source.image"),
@@ -360,7 +402,8 @@ fn workspace(path: &str, spec: &WorkspaceSpec, role: Kind, v: &mut Verdict) {
         )));
     }
     if let Some(jobs) = &spec.jobs {
-        job_policy(&format!("{path}.jobs"), jobs, v);
+        let old_jobs = old.and_then(|o| o.jobs.as_ref());
+        job_policy(&format!("{path}.jobs"), jobs, old_jobs, v);
     }
     if let Some(variables) = &spec.variables {
         v.violations.extend(rules::variables(
@@ -378,18 +421,41 @@ fn workspace(path: &str, spec: &WorkspaceSpec, role: Kind, v: &mut Verdict) {
     }
 }
 
-fn job_policy(path: &str, jobs: &JobPolicy, v: &mut Verdict) {
+/// `old` is the policy at the same path before an UPDATE.
+fn job_policy(path: &str, jobs: &JobPolicy, old: Option<&JobPolicy>, v: &mut Verdict) {
     v.refuse(rules::lock_timeout_below_deadline(
         path,
         jobs.lock_timeout_seconds,
         jobs.active_deadline_seconds,
     ));
+    let container = format!("{path}.securityContext");
     if let Some(context) = &jobs.security_context {
-        v.violations.extend(rules::security_context_hardened(
-            &format!("{path}.securityContext"),
-            context,
-        ));
+        v.violations
+            .extend(rules::security_context_hardened(&container, context));
     }
+    let pod = format!("{path}.podSecurityContext");
+    let strict = |policy: &JobPolicy| -> Vec<Violation> {
+        let of_container = policy
+            .security_context
+            .iter()
+            .flat_map(|c| rules::security_context_strict(&container, c));
+        let of_pod = policy
+            .pod_security_context
+            .iter()
+            .flat_map(|c| rules::pod_security_context_strict(&pod, c));
+        of_container.chain(of_pod).collect()
+    };
+    // The stricter rules came after objects were admitted without them. A
+    // value such an object already holds is not judged again on UPDATE, or
+    // no update could pass until it changed (the manager's finalizer patch
+    // included, and any update of a template, whose spec cannot change);
+    // a value that is new or changed is.
+    let stored = old.map(strict).unwrap_or_default();
+    v.violations.extend(
+        strict(jobs)
+            .into_iter()
+            .filter(|violation| !stored.contains(violation)),
+    );
     if let Some(env) = &jobs.env {
         v.warnings
             .extend(rules::dropped_env_warnings(&format!("{path}.env"), env));
@@ -433,3 +499,6 @@ fn restore_state(
     };
     v.refuse(rules::restore_state(value, old_value, &serials, deleting));
 }
+
+#[cfg(test)]
+mod tests;

@@ -463,6 +463,8 @@ async fn steering_variables_never_reach_the_runtime() {
         ("TF_LOG", "TRACE"),
         ("TF_DATA_DIR", "/nonexistent/data"),
         ("TF_CLI_CONFIG_FILE", "/nonexistent/cli.tfrc"),
+        ("TERRAFORM_CONFIG", "/nonexistent/terraform.rc"),
+        ("XDG_CONFIG_HOME", "/nonexistent/xdg"),
         ("KUBE_CONFIG_PATH", "/nonexistent/kubeconfig"),
         ("KUBE_TOKEN", "kube-token-value"),
     ];
@@ -503,6 +505,7 @@ async fn steering_variables_never_reach_the_runtime() {
         "{seen}"
     );
     assert_eq!(env["HOME"], work.display().to_string());
+    assert!(!env.contains_key("TERRAFORM_CONFIG") && !env.contains_key("XDG_CONFIG_HOME"));
     assert_eq!(env["TMPDIR"], work.join("tmp").display().to_string());
     assert!(work.join("tmp").is_dir());
     assert!(work.join(".terraform").is_dir());
