@@ -339,12 +339,29 @@ async fn every_operation_runs_its_steps_with_lock_timeout_on_exactly_the_state_t
             Some(RestoreRequest {
                 chunk_secrets: &chunks,
                 resources: 1,
+                serial: 50,
             }),
             90,
         )
         .await;
     assert_eq!(restore.steps(), ["init", "state-push", "state-list"]);
     restore.check_lock_timeouts(90);
+    // Pushed with the serial it was given, above every serial before it
+    // (OpenTofu's remote state manager adds one as it persists a state that
+    // differs from the one it read).
+    let restored = secrets
+        .get(&names::state_secret(&f.suffix()))
+        .await
+        .unwrap();
+    let mut document = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(restored.data.unwrap()["tfstate"].0.as_slice()),
+        &mut document,
+    )
+    .unwrap();
+    let document: serde_json::Value = serde_json::from_str(&document).unwrap();
+    let serial = document["serial"].as_u64().unwrap();
+    assert!((50..=51).contains(&serial), "{serial}");
 
     let destroy = f
         .run(Op::Destroy, json!({"size": "small"}), None, 300)

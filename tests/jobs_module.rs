@@ -555,6 +555,7 @@ async fn a_built_job_is_accepted_owned_and_collected() {
         restore: Some(builder::RestoreRequest {
             chunk_secrets: &chunks,
             resources: 1,
+            serial: 2,
         }),
         mode: builder::ApplyMode::Direct,
         events: false,

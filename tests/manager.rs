@@ -436,7 +436,7 @@ async fn readyz_waits_for_the_api_server_and_turns_unready_at_sigterm() {
     // listening yet.
     let api = plane.server().strip_prefix("https://").unwrap().to_string();
     let proxy_port = free_port();
-    let kubeconfig = std::fs::read_to_string(plane.kubeconfig())
+    let kubeconfig = std::fs::read_to_string(plane.manager_kubeconfig())
         .unwrap()
         .replace(plane.server(), &format!("https://127.0.0.1:{proxy_port}"));
     let dir = tempfile::tempdir().unwrap();
@@ -535,7 +535,7 @@ async fn a_kubelet_style_rotation_reaches_the_next_handshake() {
     );
     let (first, second) = (serving_pair(&first_ca), serving_pair(&second_ca));
     let certs = CertDir::new(&first);
-    let mut manager = Manager::start(plane.kubeconfig(), certs.path(), &[]);
+    let mut manager = Manager::start(plane.manager_kubeconfig(), certs.path(), &[]);
     manager.wait_ready().await;
     let config = trusting(&[&first_ca, &second_ca], &[b"h2", b"http/1.1"]);
 
@@ -634,7 +634,7 @@ async fn bad_and_oversized_bodies_are_refused_and_serving_goes_on() {
     captf_testkit::manager::install_crds(&plane.client().await).await;
     let ca = DevCa::generate("webhook-ca").unwrap();
     let certs = CertDir::new(&serving_pair(&ca));
-    let mut manager = Manager::start(plane.kubeconfig(), certs.path(), &[]);
+    let mut manager = Manager::start(plane.manager_kubeconfig(), certs.path(), &[]);
     manager.wait_ready().await;
     let h1 = trusting(&[&ca], &[b"http/1.1"]);
     let h2 = trusting(&[&ca], &[b"h2"]);
@@ -739,7 +739,7 @@ async fn metrics_need_a_token_whose_user_may_get_metrics() {
     let ns = captf_testkit::namespace(&client, "metrics").await;
     let ca = DevCa::generate("webhook-ca").unwrap();
     let certs = CertDir::new(&serving_pair(&ca));
-    let mut manager = Manager::start(plane.kubeconfig(), certs.path(), &[]);
+    let mut manager = Manager::start(plane.manager_kubeconfig(), certs.path(), &[]);
     manager.wait_ready().await;
 
     let (status, _) = get_metrics(manager.diagnostics, None).await;
@@ -839,7 +839,7 @@ async fn insecure_diagnostics_serve_plain_http_without_a_token() {
     let ca = DevCa::generate("webhook-ca").unwrap();
     let certs = CertDir::new(&serving_pair(&ca));
     let mut manager = Manager::start(
-        plane.kubeconfig(),
+        plane.manager_kubeconfig(),
         certs.path(),
         &["--insecure-diagnostics"],
     );

@@ -68,6 +68,8 @@ pub fn binary(name: &str) -> PathBuf {
 pub struct ControlPlane {
     dir: PathBuf,
     kubeconfig: PathBuf,
+    /// The manager's own identity, set up on first use.
+    manager_kubeconfig: OnceLock<PathBuf>,
     server: String,
     children: Mutex<Vec<(&'static str, Child)>>,
 }
@@ -104,6 +106,23 @@ impl ControlPlane {
     /// A kubeconfig file for the admin user (group system:masters).
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// A kubeconfig for the manager's own ServiceAccount,
+    /// `captf-system/captf-controller-manager`, with exactly the permissions
+    /// of `config/rbac` (applied, and a token issued, on first use): the
+    /// tests run the manager as it runs in a cluster, so a rule it lacks
+    /// fails them. Its namespace is `captf-system`, the manager's own.
+    pub fn manager_kubeconfig(&self) -> &Path {
+        self.manager_kubeconfig.get_or_init(|| {
+            crate::identity::install(self)
+                .unwrap_or_else(|e| panic!("setting up the manager's ServiceAccount: {e}"))
+        })
+    }
+
+    /// The directory of this control plane's files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// The API server's URL.
@@ -231,6 +250,7 @@ fn start_here() -> Result<ControlPlane, String> {
 
     let plane = ControlPlane {
         kubeconfig: dir.join("kubeconfig"),
+        manager_kubeconfig: OnceLock::new(),
         server: String::new(),
         dir: dir.clone(),
         children: Mutex::new(Vec::new()),
@@ -317,6 +337,10 @@ fn boot(
             "--log-level=warn".into(),
         ],
     )?;
+    let mut audit = Vec::new();
+    if let Ok(to) = std::env::var("CAPTF_AUDIT_DIR") {
+        audit = audit_flags(&dir, Path::new(&to))?;
+    }
     plane.spawn(
         "kube-apiserver",
         apiserver,
@@ -341,7 +365,10 @@ fn boot(
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
             "--v=1".into(),
-        ],
+        ]
+        .into_iter()
+        .chain(audit)
+        .collect::<Vec<_>>(),
     )?;
     let deadline = Instant::now() + START_TIMEOUT;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -455,6 +482,32 @@ async fn wait_controllers_ready(plane: &ControlPlane, deadline: Instant) -> Resu
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// With `CAPTF_AUDIT_DIR` set, the API server logs every request of the
+/// manager's ServiceAccount (verb, resource, response code) to a file of
+/// its own there: what `hack/rbac-audit.sh` sums up to review the
+/// manager's ClusterRole against what the tests made it do.
+fn audit_flags(dir: &Path, to: &Path) -> Result<Vec<String>, String> {
+    let policy = dir.join("audit-policy.yaml");
+    fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  users: [\"system:serviceaccount:captf-system:captf-controller-manager\"]\n- level: None\n",
+    )
+    .map_err(|e| format!("writing {}: {e}", policy.display()))?;
+    fs::create_dir_all(to).map_err(|e| format!("creating {}: {e}", to.display()))?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(vec![
+        format!("--audit-policy-file={}", policy.display()),
+        format!(
+            "--audit-log-path={}",
+            to.join(format!("{name}.log")).display()
+        ),
+        "--audit-log-format=json".into(),
+    ])
 }
 
 fn kubeconfig_yaml(server: &str, ca_pem: &str, cert_pem: &str, key_pem: &str) -> String {

@@ -56,23 +56,26 @@ impl Manager {
         let diagnostics_port = free_port();
         let log = std::fs::File::create(dir.path().join("manager.log")).unwrap();
         let mut cmd = Command::new(binary);
-        cmd.arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
-            .arg(format!("--webhook-port={webhook_port}"))
-            .arg(format!("--webhook-cert-dir={}", certs.display()))
-            .arg(format!("--health-addr=127.0.0.1:{health_port}"))
-            .arg(format!(
-                "--diagnostics-address=127.0.0.1:{diagnostics_port}"
-            ))
-            .arg("--insecure-diagnostics")
-            // Jobs' init containers run it; no kubelet pulls it here.
-            .arg("--runner-image=captf.test/runner:dev")
-            .args(extra)
-            .env("RUST_LOG", "info,captf=debug")
-            .env("NO_COLOR", "1")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
+        cmd.arg(format!(
+            "--kubeconfig={}",
+            plane.manager_kubeconfig().display()
+        ))
+        .arg(format!("--webhook-port={webhook_port}"))
+        .arg(format!("--webhook-cert-dir={}", certs.display()))
+        .arg(format!("--health-addr=127.0.0.1:{health_port}"))
+        .arg(format!(
+            "--diagnostics-address=127.0.0.1:{diagnostics_port}"
+        ))
+        .arg("--insecure-diagnostics")
+        // Jobs' init containers run it; no kubelet pulls it here.
+        .arg("--runner-image=captf.test/runner:dev")
+        .args(extra)
+        .env("RUST_LOG", "info,captf=debug")
+        .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log);
         let child =
             spawn_owned(cmd).unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
         Manager {

@@ -1,0 +1,108 @@
+//! The manager's own identity on a test control plane: the ServiceAccount
+//! and RBAC of `config/rbac`, applied with kubectl as a user installs them,
+//! and a kubeconfig with a token of that ServiceAccount.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::controlplane::{ControlPlane, binary};
+
+/// The manager's namespace and ServiceAccount (config/rbac).
+pub const NAMESPACE: &str = "captf-system";
+pub const SERVICE_ACCOUNT: &str = "captf-controller-manager";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs kubectl with `kubeconfig`; its stdout, or why it failed.
+pub fn kubectl(kubeconfig: &Path, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(binary("kubectl"))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(args)
+        .output()
+        .map_err(|e| format!("running kubectl: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "kubectl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Applies config/rbac and writes a kubeconfig for the manager's
+/// ServiceAccount; its path.
+pub fn install(plane: &ControlPlane) -> Result<PathBuf, String> {
+    let admin = plane.kubeconfig();
+    let namespace = plane.dir().join("captf-system.yaml");
+    std::fs::write(
+        &namespace,
+        format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n"),
+    )
+    .map_err(|e| e.to_string())?;
+    kubectl(admin, &["apply", "-f", &namespace.display().to_string()])?;
+    let rbac = repo().join("config/rbac");
+    kubectl(admin, &["apply", "-k", &rbac.display().to_string()])?;
+    account_kubeconfig(plane, NAMESPACE, SERVICE_ACCOUNT)
+}
+
+/// A kubeconfig with a token of the ServiceAccount `namespace/account`
+/// (which must exist), whose namespace is `namespace`; its path.
+pub fn account_kubeconfig(
+    plane: &ControlPlane,
+    namespace: &str,
+    account: &str,
+) -> Result<PathBuf, String> {
+    let token = kubectl(
+        plane.kubeconfig(),
+        &[
+            "create",
+            "token",
+            account,
+            "-n",
+            namespace,
+            "--duration=24h",
+        ],
+    )?;
+    let ca = std::fs::read_to_string(plane.dir().join("ca.crt")).map_err(|e| e.to_string())?;
+    let path = plane
+        .dir()
+        .join(format!("{namespace}-{account}.kubeconfig"));
+    let text = token_kubeconfig(plane.server(), &ca, token.trim(), namespace, account);
+    std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    Ok(path)
+}
+
+fn token_kubeconfig(
+    server: &str,
+    ca_pem: &str,
+    token: &str,
+    namespace: &str,
+    account: &str,
+) -> String {
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: captf-test
+  cluster:
+    server: {server}
+    certificate-authority-data: {ca}
+users:
+- name: {account}
+  user:
+    token: {token}
+contexts:
+- name: {account}
+  context:
+    cluster: captf-test
+    user: {account}
+    namespace: {namespace}
+current-context: {account}
+"
+    )
+}
