@@ -13,58 +13,17 @@
 //! Without `--bench` (as `cargo test --all-targets` runs it) it only checks,
 //! on a small state, that every way reads the same thing.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
 use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use captf_testkit::heap::{Counting, peak_during};
 use flate2::Compression;
 use flate2::bufread::MultiGzDecoder;
 use flate2::write::GzEncoder;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::json;
-
-/// Counts live heap bytes and their peak.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-fn grew(size: usize) {
-    let live = LIVE.fetch_add(size, Ordering::Relaxed) + size;
-    PEAK.fetch_max(live, Ordering::Relaxed);
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; only
-// counters are updated around it.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: same contract as the caller's.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            grew(layout.size());
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: same contract as the caller's.
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
-        if !new.is_null() {
-            LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-            grew(new_size);
-        }
-        new
-    }
-}
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -376,13 +335,13 @@ fn child(way: &str, path: &str) {
     let mut peak = 0;
     let mut read = (0, 0, 0);
     for _ in 0..RUNS {
-        let before = LIVE.load(Ordering::Relaxed);
-        PEAK.store(before, Ordering::Relaxed);
         let (start, cpu) = (Instant::now(), cpu_time());
-        read = std::hint::black_box(run(way, std::hint::black_box(&compressed)));
+        let (out, held) =
+            peak_during(|| std::hint::black_box(run(way, std::hint::black_box(&compressed))));
+        read = out;
         walls.push(start.elapsed());
         cpus.push(cpu_time() - cpu);
-        peak = peak.max(PEAK.load(Ordering::Relaxed) - before);
+        peak = peak.max(held);
     }
     walls.sort();
     cpus.sort();

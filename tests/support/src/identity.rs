@@ -70,20 +70,25 @@ pub fn account_kubeconfig(
     let path = plane
         .dir()
         .join(format!("{namespace}-{account}.kubeconfig"));
-    let text = token_kubeconfig(plane.server(), &ca, token.trim(), namespace, account);
+    use base64::Engine as _;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca);
+    let text = token_kubeconfig(plane.server(), &ca, token.trim(), account, Some(namespace));
     std::fs::write(&path, text).map_err(|e| e.to_string())?;
     Ok(path)
 }
 
-fn token_kubeconfig(
+/// A kubeconfig whose user is `user` with `token`; the context's namespace
+/// is `namespace` when given. `ca_data` is the CA's PEM in base64.
+pub fn token_kubeconfig(
     server: &str,
-    ca_pem: &str,
+    ca_data: &str,
     token: &str,
-    namespace: &str,
-    account: &str,
+    user: &str,
+    namespace: Option<&str>,
 ) -> String {
-    use base64::Engine as _;
-    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let namespace = namespace
+        .map(|ns| format!("\n    namespace: {ns}"))
+        .unwrap_or_default();
     format!(
         "apiVersion: v1
 kind: Config
@@ -91,18 +96,17 @@ clusters:
 - name: captf-test
   cluster:
     server: {server}
-    certificate-authority-data: {ca}
+    certificate-authority-data: {ca_data}
 users:
-- name: {account}
+- name: {user}
   user:
     token: {token}
 contexts:
-- name: {account}
+- name: {user}
   context:
     cluster: captf-test
-    user: {account}
-    namespace: {namespace}
-current-context: {account}
+    user: {user}{namespace}
+current-context: {user}
 "
     )
 }

@@ -110,29 +110,6 @@ pub(super) fn host_argv(
     Ok(out)
 }
 
-pub(super) fn kubeconfig_yaml(server: &str, ca_data: &str, token: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Config
-clusters:
-- name: captf-test
-  cluster:
-    server: {server}
-    certificate-authority-data: {ca_data}
-users:
-- name: pod
-  user:
-    token: {token}
-contexts:
-- name: pod
-  context:
-    cluster: captf-test
-    user: pod
-current-context: pod
-"
-    )
-}
-
 impl PodRun {
     /// A token of the pod's ServiceAccount, bound to the pod as a kubelet's.
     pub(super) async fn token(
@@ -414,7 +391,8 @@ mod tests {
 
     #[test]
     fn the_kubeconfig_holds_the_server_ca_and_token() {
-        let yaml = kubeconfig_yaml("https://127.0.0.1:6443", "Q0E=", "tok");
+        let yaml =
+            crate::identity::token_kubeconfig("https://127.0.0.1:6443", "Q0E=", "tok", "pod", None);
         let config = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
         let cluster = config.clusters[0].cluster.as_ref().unwrap();
         assert_eq!(cluster.server.as_deref(), Some("https://127.0.0.1:6443"));

@@ -12,12 +12,13 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use tokio::sync::watch;
 
-use super::env::{host_argv, kubeconfig_yaml, merge_env};
+use super::env::{host_argv, merge_env};
 use super::images::Image;
 use super::process::{Exit, Process};
 use super::status::{State, Statuses, waiting};
 use super::volumes::{Objects, in_root, write_file};
 use super::{NODE, PodError, PodKey, PodRun, Shared, TOKEN_SECONDS, io_error};
+use crate::identity::token_kubeconfig;
 
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -297,8 +298,14 @@ impl PodRun {
                         .map_err(mounting)?;
                     write_file(
                         &kubeconfig,
-                        kubeconfig_yaml(&self.shared.server, &self.shared.ca_data, &token)
-                            .as_bytes(),
+                        token_kubeconfig(
+                            &self.shared.server,
+                            &self.shared.ca_data,
+                            &token,
+                            "pod",
+                            None,
+                        )
+                        .as_bytes(),
                         0o600,
                     )
                     .map_err(mounting)?;
