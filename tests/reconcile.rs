@@ -1123,14 +1123,7 @@ async fn each_new_serial_is_backed_up_and_state_backups_zero_takes_none() {
     );
 
     // The fourth serial has no backup: a restore would lose it, so none runs.
-    Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns)
-        .patch(
-            "c",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": second.to_string()}}})),
-        )
-        .await
-        .unwrap();
+    ask_restore(&env, "c", second.to_string()).await;
     let status = within(&env, 60, "the restore refused", || async {
         env.cluster_status("c").await.filter(|s| {
             condition(s, "RestoreJobSucceeded") == Some(("False", "CurrentStateNotBackedUp"))
@@ -1182,20 +1175,23 @@ async fn state_backups_two_prunes_to_the_newest_two() {
             .is_none()
     );
     assert!(secrets.get_opt(&forged).await.unwrap().is_some());
-    Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns)
-        .patch(
-            "c",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": "900"}}})),
-        )
-        .await
-        .unwrap();
+    ask_restore(&env, "c", "900").await;
     within(&env, 60, "RestoreBackupNotFound", || async {
         env.cluster_status("c").await.filter(|s| {
             condition(s, "RestoreJobSucceeded") == Some(("False", "RestoreBackupNotFound"))
         })
     })
     .await;
+}
+
+/// Asks for a restore of `serial` (any value: the annotation is free text).
+async fn ask_restore(env: &Env, cluster: &str, serial: impl ToString) {
+    let annotation =
+        json!({"metadata": {"annotations": {"captf.io/restore-state": serial.to_string()}}});
+    Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns)
+        .patch(cluster, &PatchParams::default(), &Patch::Merge(annotation))
+        .await
+        .unwrap();
 }
 
 /// A copy of the single-Secret backup `of`, as the set of `serial`, whole
@@ -1458,14 +1454,7 @@ async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
     let newest = applied_and_backed_up::<TerraformCluster>(&env, "c", 3).await;
 
     // A serial without a backup: no Job, RestoreBackupNotFound.
-    clusters
-        .patch(
-            "c",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": "999"}}})),
-        )
-        .await
-        .unwrap();
+    ask_restore(&env, "c", "999").await;
     within(&env, 60, "RestoreBackupNotFound", || async {
         env.cluster_status("c").await.filter(|s| {
             condition(s, "RestoreJobSucceeded") == Some(("False", "RestoreBackupNotFound"))
@@ -1481,10 +1470,7 @@ async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
 
     // The state Secret is deleted by hand, and the backup restored.
     env.lose_secret(&names::state_secret(&suffix)).await;
-    clusters
-        .patch("c", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": serial.to_string()}}})))
-        .await
-        .unwrap();
+    ask_restore(&env, "c", serial.to_string()).await;
     let status = within(&env, 240, "the restore", || async {
         env.cluster_status("c").await.filter(|s| {
             condition(s, "RestoreJobSucceeded") == Some(("True", "StateRestored"))
@@ -1557,14 +1543,7 @@ async fn a_restored_backup_without_an_inputs_hash_is_adopted() {
         .await
         .unwrap();
     env.lose_secret(&names::state_secret(&suffix)).await;
-    Api::<TerraformCluster>::namespaced(env.client.clone(), &env.ns)
-        .patch(
-            "c",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"captf.io/restore-state": serial.to_string()}}})),
-        )
-        .await
-        .unwrap();
+    ask_restore(&env, "c", serial.to_string()).await;
     within(&env, 240, "the restore", || async {
         env.cluster_status("c")
             .await
