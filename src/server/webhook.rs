@@ -606,6 +606,19 @@ mod tests {
     /// A body that sends `sent` bytes, then nothing more, ever.
     struct Stalled {
         sent: usize,
+        /// Gets a permit once the body stalls: its bytes have been taken.
+        stalled: Arc<Semaphore>,
+        told: bool,
+    }
+
+    impl Stalled {
+        fn body(sent: usize, stalled: &Arc<Semaphore>) -> Body {
+            Body::new(Stalled {
+                sent,
+                stalled: stalled.clone(),
+                told: false,
+            })
+        }
     }
 
     impl http_body::Body for Stalled {
@@ -617,6 +630,9 @@ mod tests {
             _: &mut Context<'_>,
         ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
             if self.sent == 0 {
+                if !std::mem::replace(&mut self.told, true) {
+                    self.stalled.add_permits(1);
+                }
                 return Poll::Pending;
             }
             let n = std::mem::take(&mut self.sent);
@@ -642,13 +658,15 @@ mod tests {
                     .unwrap();
             response.status()
         };
+        let stalled = Arc::new(Semaphore::new(0));
         // More stalled bodies than requests may be judged at once.
-        let stalled: Vec<_> = (0..MAX_IN_FLIGHT * 2)
-            .map(|_| tokio::spawn(app.clone().oneshot(post(Body::new(Stalled { sent: 10 })))))
+        let slow: Vec<_> = (0..MAX_IN_FLIGHT * 2)
+            .map(|_| tokio::spawn(app.clone().oneshot(post(Stalled::body(10, &stalled)))))
             .collect();
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let all = u32::try_from(MAX_IN_FLIGHT * 2).unwrap();
+        stalled.acquire_many(all).await.unwrap().forget();
         assert_eq!(answered(app.clone()).await, StatusCode::OK);
-        for request in stalled {
+        for request in slow {
             request.abort();
             let _ = request.await;
         }
@@ -656,11 +674,12 @@ mod tests {
         // Bodies that sent the whole budget between them: one more is refused.
         let full: Vec<_> = (0..MAX_IN_FLIGHT)
             .map(|_| {
-                let body = Body::new(Stalled { sent: BODY_LIMIT });
+                let body = Stalled::body(BODY_LIMIT, &stalled);
                 tokio::spawn(app.clone().oneshot(post(body)))
             })
             .collect();
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let all = u32::try_from(MAX_IN_FLIGHT).unwrap();
+        stalled.acquire_many(all).await.unwrap().forget();
         assert_eq!(answered(app.clone()).await, StatusCode::TOO_MANY_REQUESTS);
         // Their bytes come back when they end.
         for request in full {
