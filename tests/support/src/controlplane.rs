@@ -71,7 +71,16 @@ pub struct ControlPlane {
     /// The manager's own identity, set up on first use.
     manager_kubeconfig: OnceLock<PathBuf>,
     server: String,
-    children: Mutex<Vec<(&'static str, Child)>>,
+    pub(crate) children: Mutex<Vec<Process>>,
+}
+
+/// One process of the control plane, with what started it, so that a fault
+/// test can start it again ([`crate::faults`]).
+pub(crate) struct Process {
+    pub(crate) name: &'static str,
+    pub(crate) bin: PathBuf,
+    pub(crate) args: Vec<String>,
+    pub(crate) child: Child,
 }
 
 static SHARED: [OnceLock<ControlPlane>; 2] = [OnceLock::new(), OnceLock::new()];
@@ -146,8 +155,8 @@ impl ControlPlane {
         let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
         // Stop in reverse order of start: the controller-manager, then the
         // API server, then etcd.
-        for (_, child) in children.iter_mut().rev() {
-            terminate(child);
+        for process in children.iter_mut().rev() {
+            terminate(&mut process.child);
         }
         children.clear();
         if std::env::var_os("CAPTF_KEEP_CONTROLPLANE").is_none() {
@@ -404,6 +413,27 @@ impl ControlPlane {
     fn spawn(&mut self, name: &'static str, bin: &Path, args: &[String]) -> Result<(), String> {
         let log = fs::File::create(self.dir.join(format!("{name}.log")))
             .map_err(|e| format!("creating {name}.log: {e}"))?;
+        let child = self.launch(bin, args, log)?;
+        self.children
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Process {
+                name,
+                bin: bin.to_owned(),
+                args: args.to_vec(),
+                child,
+            });
+        Ok(())
+    }
+
+    /// Starts `bin` with `args` in this control plane's directory, its
+    /// output to `log`.
+    pub(crate) fn launch(
+        &self,
+        bin: &Path,
+        args: &[String],
+        log: fs::File,
+    ) -> Result<Child, String> {
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         let mut cmd = Command::new(bin);
         cmd.args(args)
@@ -411,18 +441,13 @@ impl ControlPlane {
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
-        let child = spawn_owned(cmd).map_err(|e| format!("starting {}: {e}", bin.display()))?;
-        self.children
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((name, child));
-        Ok(())
+        spawn_owned(cmd).map_err(|e| format!("starting {}: {e}", bin.display()))
     }
 
     /// Fails with the log tail of a process that exited.
     fn check_alive(&self) -> Result<(), String> {
         let mut children = self.children.lock().unwrap_or_else(|e| e.into_inner());
-        for (name, child) in children.iter_mut() {
+        for Process { name, child, .. } in children.iter_mut() {
             if let Ok(Some(status)) = child.try_wait() {
                 return Err(format!(
                     "{name} exited with {status}; the end of its log:\n{}",
@@ -433,7 +458,7 @@ impl ControlPlane {
         Ok(())
     }
 
-    fn timed_out(&self, what: &str) -> String {
+    pub(crate) fn timed_out(&self, what: &str) -> String {
         let logs: Vec<String> = ["etcd", "kube-apiserver", "kube-controller-manager"]
             .iter()
             .map(|n| {
@@ -447,7 +472,10 @@ impl ControlPlane {
     }
 }
 
-async fn wait_apiserver_ready(plane: &ControlPlane, deadline: Instant) -> Result<(), String> {
+pub(crate) async fn wait_apiserver_ready(
+    plane: &ControlPlane,
+    deadline: Instant,
+) -> Result<(), String> {
     let client = plane.client().await;
     loop {
         plane.check_alive()?;
@@ -548,7 +576,7 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| e.to_string())
 }
 
-fn log_tail(path: &Path) -> String {
+pub(crate) fn log_tail(path: &Path) -> String {
     let Ok(mut file) = fs::File::open(path) else {
         return "(no log)".into();
     };

@@ -5,6 +5,7 @@ pub mod capi;
 pub mod clusterctl;
 pub mod controlplane;
 pub mod executor;
+pub mod faults;
 pub mod heap;
 pub mod identity;
 pub mod manager;

@@ -3,7 +3,7 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
@@ -253,7 +253,12 @@ impl PodRun {
         }
         let status = pod_status(&self.statuses, self.start_time, Timestamp::now());
         let patch = Patch::Merge(serde_json::json!({ "status": status }));
-        for _ in 0..5 {
+        // As a kubelet does, keep trying while the API server is away (a
+        // restart takes seconds): a pod whose end is never written holds
+        // its Job active.
+        let deadline = Instant::now() + Duration::from_secs(180);
+        let mut pause = Duration::from_millis(200);
+        while Instant::now() < deadline {
             match self
                 .api
                 .patch_status(&self.key.name, &PatchParams::default(), &patch)
@@ -267,7 +272,8 @@ impl PodRun {
                 Err(kube::Error::Api(status)) if status.code == 404 => return,
                 Err(e) => {
                     self.log(&format!("writing the status: {e}"));
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(5));
                 }
             }
         }
