@@ -427,11 +427,17 @@ async fn release_finalizer<K: Workload>(
         )),
         Why::NeverApplied => None,
     };
+    // Only the pass that removed the finalizer tells of it: a pass that
+    // started from a cache still showing the finalizer finds the object
+    // gone and says nothing, so each event happens once.
+    let removed = remove_finalizer(ctx, obj, o).await?;
+    ctx.metrics.forget(K::KIND, &o.namespace, &o.name);
+    if !removed {
+        return Ok(());
+    }
     if let Some(note) = note {
         record(ctx, obj, o, &note).await;
     }
-    remove_finalizer(ctx, obj, o).await?;
-    ctx.metrics.forget(K::KIND, &o.namespace, &o.name);
     record(
         ctx,
         obj,
@@ -492,10 +498,11 @@ pub async fn add_finalizer<K: Workload>(ctx: &Context, obj: &K, o: &Object) -> R
 /// Removes the finalizer at the index it was read at, tested first, so
 /// that a list changed meanwhile fails the write instead of removing
 /// another controller's entry.
-async fn remove_finalizer<K: Workload>(ctx: &Context, obj: &K, o: &Object) -> Result<(), Error> {
+/// Whether this call removed it (false: already gone, or the object is).
+async fn remove_finalizer<K: Workload>(ctx: &Context, obj: &K, o: &Object) -> Result<bool, Error> {
     let ours = finalizer(K::KIND);
     let Some(index) = obj.finalizers().iter().position(|f| f == ours) else {
-        return Ok(());
+        return Ok(false);
     };
     let index = index.to_string();
     let path = || PointerBuf::from_tokens(["metadata", "finalizers", index.as_str()]);
@@ -510,8 +517,8 @@ async fn remove_finalizer<K: Workload>(ctx: &Context, obj: &K, o: &Object) -> Re
         .patch(&o.name, &PatchParams::default(), &Patch::<()>::Json(patch))
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(false),
         Err(e) => Err(Error::Kube(e)),
     }
 }
