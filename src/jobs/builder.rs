@@ -377,6 +377,17 @@ fn runner_args(req: &JobRequest, job_name: &str) -> Vec<String> {
         ));
         args.push(format!("--inputs-hash={}", req.inputs.inputs_hash));
     }
+    // The names of the variables a Secret fills, whose values the runner
+    // redacts; the values stay in the pod's environment.
+    for var in &req.settings.env {
+        if var
+            .value_from
+            .as_ref()
+            .is_some_and(|from| from.secret_key_ref.is_some())
+        {
+            args.push(format!("--secret-env={}", var.name));
+        }
+    }
     args
 }
 
@@ -1100,6 +1111,69 @@ mod tests {
                 ("REGION", "eu"),
                 ("TFX", "y"),
             ]
+        );
+    }
+
+    #[test]
+    fn secret_env_names_the_variables_a_secret_fills() {
+        use k8s_openapi::api::core::v1::{ConfigMapKeySelector, EnvVarSource, SecretKeySelector};
+        let from = |secret: bool| EnvVarSource {
+            secret_key_ref: secret.then(|| SecretKeySelector {
+                name: "db".into(),
+                key: "password".into(),
+                optional: None,
+            }),
+            config_map_key_ref: (!secret).then(|| ConfigMapKeySelector {
+                name: "settings".into(),
+                key: "region".into(),
+                optional: None,
+            }),
+            ..Default::default()
+        };
+        let own = JobPolicy {
+            env: Some(vec![
+                EnvVar {
+                    name: "DB_PASSWORD".into(),
+                    value_from: Some(from(true)),
+                    ..Default::default()
+                },
+                EnvVar {
+                    name: "REGION".into(),
+                    value_from: Some(from(false)),
+                    ..Default::default()
+                },
+                EnvVar {
+                    name: "PLAIN".into(),
+                    value: Some("not-secret".into()),
+                    ..Default::default()
+                },
+                EnvVar {
+                    name: "API_TOKEN".into(),
+                    value_from: Some(from(true)),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let built = build_case(&Case {
+            settings: resolve(Some(&own), None),
+            ..Case::default()
+        });
+        let secret_env: Vec<&str> = args(&built)
+            .iter()
+            .filter(|a| a.starts_with("--secret-env"))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            secret_env,
+            ["--secret-env=DB_PASSWORD", "--secret-env=API_TOKEN"]
+        );
+        // The values never reach the arguments.
+        assert!(!args(&built).iter().any(|a| a.contains("not-secret")));
+        assert!(
+            !args(&build_case(&Case::default()))
+                .iter()
+                .any(|a| a.starts_with("--secret-env"))
         );
     }
 

@@ -115,6 +115,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub events_for: Option<super::events::Regarding>,
 
+    /// An environment variable whose value is a secret to redact
+    /// (repeatable): the Job's `spec.jobs.env[]` entries that come from a
+    /// `secretKeyRef`. Only the name travels; the runner reads the value
+    /// from its own environment.
+    #[arg(long = "secret-env", value_name = "NAME")]
+    pub secret_env: Vec<String>,
+
     /// The directory the fixed paths above are taken relative to.
     #[arg(long, default_value = "/")]
     pub root: PathBuf,
@@ -224,8 +231,11 @@ mod tests {
             "--backend-config=in_cluster_config=true",
             "--backend-config=labels={\"captf.io/managed\"=\"true\"}",
             "--force-unlock=1234",
+            "--secret-env=DB_PASSWORD",
+            "--secret-env=API_TOKEN",
         ])
         .unwrap();
+        assert_eq!(args.secret_env, ["DB_PASSWORD", "API_TOKEN"]);
         assert_eq!(args.op, Op::Apply);
         assert_eq!(args.lock_timeout.0, Duration::from_secs(300));
         assert_eq!(args.stop_timeout.0, Duration::from_secs(570));
@@ -242,6 +252,7 @@ mod tests {
     #[test]
     fn defaults_are_the_pods_fixed_paths() {
         let args = parse(&["--op", "destroy"]).unwrap();
+        assert!(args.secret_env.is_empty());
         assert_eq!(args.lock_timeout.0, Duration::from_secs(300));
         assert_eq!(args.stop_timeout.0, Duration::from_secs(60));
         let paths = args.paths();

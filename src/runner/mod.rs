@@ -61,7 +61,7 @@ pub async fn run(args: &RunArgs) -> u8 {
     let signals = Signals::install();
     let paths = args.paths();
     // Without a redactor no output may pass: the run stops before any step.
-    let (redactor, no_redactor) = match known_secrets(&paths) {
+    let (redactor, no_redactor) = match known_secrets(args, &paths) {
         Ok(redactor) => (redactor, None),
         Err(e) => (Redactor::none(), Some(e)),
     };
@@ -151,23 +151,32 @@ fn say(line: &str) {
     let _ = writeln!(io::stderr().lock(), "captf-runner: {line}");
 }
 
-/// Every secret the runner knows of: the credentials mirror's files and the
-/// sensitive variables' values. Reading them is best effort; a problem is
-/// logged (paths and errors only, which hold no secret) and what could be
-/// read is still used.
-fn known_secrets(paths: &Paths) -> Result<Redactor, redact::RedactorError> {
-    let mut secrets = Vec::new();
-    match layout::read_files(&paths.credentials) {
-        Ok(files) => {
-            for (_, content) in files {
-                secrets.extend(redact::credential_secrets(&content));
-            }
+/// Every secret the runner knows of: the values of the variables named by
+/// `--secret-env` (read from the runner's own environment, which the steps
+/// inherit), the credentials mirror's files and the sensitive variables'
+/// values. The values inside known formats come first, so that their
+/// escaped and encoded forms are the last the budget drops. Reading them is
+/// best effort; a problem is logged (names, paths and errors only, which
+/// hold no secret) and what could be read is still used.
+fn known_secrets(args: &RunArgs, paths: &Paths) -> Result<Redactor, redact::RedactorError> {
+    let mut sources: Vec<Vec<u8>> = Vec::new();
+    for name in &args.secret_env {
+        match std::env::var_os(name) {
+            Some(value) => sources.push(value.into_encoded_bytes()),
+            None => say(&format!("--secret-env={name}: not set")),
         }
+    }
+    match layout::read_files(&paths.credentials) {
+        Ok(files) => sources.extend(files.into_iter().map(|(_, content)| content)),
         Err(e) => say(&format!(
             "reading the credentials in {}: {e}",
             paths.credentials.display()
         )),
     }
+    let mut values: Vec<Vec<u8>> = sources
+        .iter()
+        .flat_map(|s| redact::formats::extract(s))
+        .collect();
     let json = |name: &str| -> Option<serde_json::Value> {
         let path = paths.config.join(name);
         let bytes = fs::read(&path).ok()?;
@@ -176,9 +185,21 @@ fn known_secrets(paths: &Paths) -> Result<Redactor, redact::RedactorError> {
             .ok()
     };
     if let (Some(main), Some(tfvars)) = (json("main.tf.json"), json("terraform.tfvars.json")) {
-        secrets.extend(redact::sensitive_variable_secrets(&main, &tfvars));
+        values.extend(redact::sensitive_variable_secrets(&main, &tfvars));
     }
-    Redactor::new(secrets)
+    values.extend(sources.iter().flat_map(|s| redact::value_lines(s)));
+    let redactor = Redactor::new(values)?;
+    if let Some(capped) = redactor.capped() {
+        say(&format!(
+            "redaction: {} of {} secrets are matched only as stored, not in their escaped or \
+             encoded forms, which would pass the budget of {} bytes and {} patterns",
+            capped.without_forms,
+            capped.secrets,
+            redact::FORMS_MAX_BYTES,
+            redact::FORMS_MAX_PATTERNS
+        ));
+    }
+    Ok(redactor)
 }
 
 struct Runner<'a> {
