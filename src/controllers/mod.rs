@@ -55,6 +55,10 @@ pub struct Context {
     pub watches: Arc<Watches>,
     /// Starts undone because their per-run Secret was refused.
     pub undone_starts: reconcile::UndoneStarts,
+    /// True once every watch and the three controllers' stores have
+    /// listed: no pass runs before, as a machine's pass reads its cluster
+    /// from the clusters' controller store, which lists on its own time.
+    pub listed: tokio::sync::watch::Receiver<bool>,
 }
 
 /// The manager flags the reconcilers use.
@@ -177,6 +181,7 @@ pub async fn run(
         machines.store.clone(),
         pools.store.clone(),
     );
+    let (listed_tx, listed) = tokio::sync::watch::channel(false);
     let ctx = Arc::new(Context {
         recorder: Recorder::new(
             client.clone(),
@@ -191,6 +196,7 @@ pub async fn run(
         sweeps,
         watches: watches.clone(),
         undone_starts: Default::default(),
+        listed,
     });
 
     let stores = (
@@ -212,6 +218,7 @@ pub async fn run(
             ];
             if all.iter().all(|s| *s) {
                 info!("watches synced");
+                listed_tx.send_replace(true);
                 ready.mark_ready(GATE_WATCHES);
                 return;
             }

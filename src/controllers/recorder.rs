@@ -33,7 +33,17 @@ pub const MAX_SERIES: usize = 4096;
 struct Key([u8; 32]);
 
 impl Key {
+    /// The series key.
     fn of(type_: &str, ev: &Event, regarding: &ObjectReference) -> Key {
+        Key::hashed(type_, ev, regarding, None)
+    }
+
+    /// The key of one occurrence: the series key's fields and the note.
+    fn once(type_: &str, ev: &Event, regarding: &ObjectReference) -> Key {
+        Key::hashed(type_, ev, regarding, Some(ev.note.as_deref().unwrap_or("")))
+    }
+
+    fn hashed(type_: &str, ev: &Event, regarding: &ObjectReference, note: Option<&str>) -> Key {
         let mut hash = Sha256::new();
         let mut field = |value: Option<&str>| match value {
             None => hash.update([0]),
@@ -46,6 +56,9 @@ impl Key {
         field(Some(type_));
         field(Some(&ev.action));
         field(Some(&ev.reason));
+        if note.is_some() {
+            field(note);
+        }
         for r in std::iter::once(Some(regarding)).chain([ev.secondary.as_ref()]) {
             match r {
                 None => field(None),
@@ -143,49 +156,15 @@ impl Recorder {
     /// Creates the event, or counts a repeat of one published within
     /// [`SERIES_TTL`] into its series.
     pub async fn publish(&self, ev: &Event, regarding: &ObjectReference) -> kube::Result<()> {
-        let type_ = match ev.type_ {
-            EventType::Normal => "Normal",
-            EventType::Warning => "Warning",
-        };
+        let type_ = type_name(ev);
         let key = Key::of(type_, ev, regarding);
         let now = Timestamp::now();
-        let namespace = regarding.namespace.as_deref().unwrap_or("default");
-        let events = Api::<K8sEvent>::namespaced(self.client.clone(), namespace);
-        let fresh = || {
-            format!(
-                "{}.{:x}",
-                regarding
-                    .name
-                    .as_deref()
-                    .unwrap_or(&self.reporter.controller),
-                now.as_nanosecond()
-            )
-        };
+        let events = self.api(regarding);
+        let fresh = || format!("{}.{:x}", self.subject(regarding), now.as_nanosecond());
         let publish = self.lock().next(&key, Instant::now(), fresh);
         match &publish {
             Publish::Create(name) => {
-                let event = K8sEvent {
-                    action: Some(ev.action.clone()),
-                    reason: Some(ev.reason.clone()),
-                    event_time: Some(MicroTime(now)),
-                    regarding: Some(regarding.clone()),
-                    note: ev.note.clone(),
-                    metadata: ObjectMeta {
-                        namespace: Some(namespace.into()),
-                        name: Some(name.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    reporting_controller: Some(self.reporter.controller.clone()),
-                    reporting_instance: Some(
-                        self.reporter
-                            .instance
-                            .clone()
-                            .unwrap_or_else(|| self.reporter.controller.clone()),
-                    ),
-                    type_: Some(type_.into()),
-                    related: ev.secondary.clone(),
-                    ..K8sEvent::default()
-                };
+                let event = self.event(ev, regarding, name, now);
                 events.create(&PostParams::default(), &event).await?;
             }
             Publish::Repeat(name, count) => {
@@ -203,11 +182,90 @@ impl Recorder {
         Ok(())
     }
 
+    /// Creates the event under a name derived from the occurrence (the
+    /// series key and the note): published already, by this manager or
+    /// one before it, it is not published again.
+    pub async fn publish_once(&self, ev: &Event, regarding: &ObjectReference) -> kube::Result<()> {
+        let key = Key::once(type_name(ev), ev, regarding);
+        let mut first = [0; 8];
+        first.copy_from_slice(&key.0[..8]);
+        let name = format!(
+            "{}.{:016x}",
+            self.subject(regarding),
+            u64::from_be_bytes(first)
+        );
+        let event = self.event(ev, regarding, &name, Timestamp::now());
+        match self
+            .api(regarding)
+            .create(&PostParams::default(), &event)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn api(&self, regarding: &ObjectReference) -> Api<K8sEvent> {
+        let namespace = regarding.namespace.as_deref().unwrap_or("default");
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn subject<'a>(&'a self, regarding: &'a ObjectReference) -> &'a str {
+        regarding
+            .name
+            .as_deref()
+            .unwrap_or(&self.reporter.controller)
+    }
+
+    fn event(
+        &self,
+        ev: &Event,
+        regarding: &ObjectReference,
+        name: &str,
+        now: Timestamp,
+    ) -> K8sEvent {
+        K8sEvent {
+            action: Some(ev.action.clone()),
+            reason: Some(ev.reason.clone()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding.clone()),
+            note: ev.note.clone(),
+            metadata: ObjectMeta {
+                namespace: Some(
+                    regarding
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into()),
+                ),
+                name: Some(name.into()),
+                ..ObjectMeta::default()
+            },
+            reporting_controller: Some(self.reporter.controller.clone()),
+            reporting_instance: Some(
+                self.reporter
+                    .instance
+                    .clone()
+                    .unwrap_or_else(|| self.reporter.controller.clone()),
+            ),
+            type_: Some(type_name(ev).into()),
+            related: ev.secondary.clone(),
+            ..K8sEvent::default()
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Series> {
         // A panic while holding it leaves only a map of names: go on with it.
         self.series
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+fn type_name(ev: &Event) -> &'static str {
+    match ev.type_ {
+        EventType::Normal => "Normal",
+        EventType::Warning => "Warning",
     }
 }
 
@@ -310,6 +368,31 @@ mod tests {
         assert_ne!(
             Key::of("Normal", &event("a", "b", None), &m),
             Key::of("Warning", &event("a", "b", None), &m)
+        );
+    }
+
+    #[test]
+    fn a_once_only_key_is_its_occurrence() {
+        let event = |note: &str| Event {
+            type_: EventType::Normal,
+            reason: "StateBackedUp".into(),
+            note: Some(note.into()),
+            action: "StateBackedUp".into(),
+            secondary: None,
+        };
+        let m = |uid: &str| ObjectReference {
+            name: Some("m".into()),
+            uid: Some(uid.into()),
+            ..ObjectReference::default()
+        };
+        let once = |note: &str, uid: &str| Key::once("Normal", &event(note), &m(uid));
+        assert_eq!(once("serial 2", "u1"), once("serial 2", "u1"));
+        assert_ne!(once("serial 2", "u1"), once("serial 3", "u1"));
+        // The object of the same name created anew tells its own story.
+        assert_ne!(once("serial 2", "u1"), once("serial 2", "u2"));
+        assert_ne!(
+            once("serial 2", "u1"),
+            Key::of("Normal", &event("serial 2"), &m("u1"))
         );
     }
 }

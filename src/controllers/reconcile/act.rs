@@ -186,7 +186,8 @@ async fn backup<K: Workload>(
                 &Note::normal(
                     "StateBackedUp",
                     format!("state serial {} backed up to {name}", set.serial),
-                ),
+                )
+                .once(),
             )
             .await;
         }
@@ -417,14 +418,16 @@ async fn release_finalizer<K: Workload>(
         Why::Destroyed => Some(Note::normal(
             "Destroyed",
             "the destroy succeeded and cleanup ran",
-        )),
+        )
+        .once()),
         Why::Abandoned => Some(Note::warning(
             "InfrastructureAbandoned",
             format!(
                 "{} names this object: cleaned up without a destroy; its infrastructure is left as it is",
                 crate::keys::ABANDON
             ),
-        )),
+        )
+        .once()),
         Why::NeverApplied => None,
     };
     // Only the pass that removed the finalizer tells of it: a pass that
@@ -445,7 +448,8 @@ async fn release_finalizer<K: Workload>(
         &Note::normal(
             "FinalizerRemoved",
             format!("finalizer {} removed", finalizer(K::KIND)),
-        ),
+        )
+        .once(),
     )
     .await;
     info!(namespace = %o.namespace, name = %o.name, "deleted ({})", match why {

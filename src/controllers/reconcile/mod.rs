@@ -108,7 +108,17 @@ impl Object {
     }
 }
 
+/// How soon a pass that came before the stores listed is tried again.
+const LISTING_RECHECK: std::time::Duration = std::time::Duration::from_millis(200);
+
 pub async fn reconcile<K: Workload>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+    // An unlisted store reads as "no such object" (a machine's cluster,
+    // so its identity). Looked at again shortly rather than waited for
+    // here: a pass holds one of the controller's slots, and the stores
+    // list only while the controllers go on taking events.
+    if !*ctx.listed.borrow() {
+        return Ok(Action::requeue(LISTING_RECHECK));
+    }
     let span = debug_span!("pass");
     let (outcome, requests) = counting(span, pass(obj.as_ref(), &ctx)).await;
     if let Some(requests) = requests {

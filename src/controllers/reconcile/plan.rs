@@ -76,6 +76,12 @@ pub struct Note {
     /// reason and action form one series that shows only its first note,
     /// so notes that say different things need different actions.
     pub action: Option<String>,
+    /// Tells of something that happens once (a Job created or ended, a
+    /// serial backed up, a finalizer removed): published under a name
+    /// derived from what it says, so a manager that restarts before its
+    /// pass is accounted publishes it again under the same name, which the
+    /// API server refuses; never folded into a series.
+    pub once: bool,
 }
 
 impl Note {
@@ -86,6 +92,7 @@ impl Note {
             note: note.into(),
             related: None,
             action: None,
+            once: false,
         }
     }
 
@@ -102,6 +109,11 @@ impl Note {
             action: Some(action),
             ..self
         }
+    }
+
+    /// This note as a once-only one (see [`Note::once`]).
+    pub fn once(self) -> Note {
+        Note { once: true, ..self }
     }
 
     pub fn about(self, job: &Job) -> Note {

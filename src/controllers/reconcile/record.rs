@@ -23,7 +23,12 @@ pub async fn record<K: Workload>(ctx: &Context, obj: &K, o: &Object, note: &Note
         action: note.action.clone().unwrap_or_else(|| note.reason.into()),
         secondary: note.related.clone(),
     };
-    if let Err(e) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+    let regarding = obj.object_ref(&());
+    let published = match note.once {
+        true => ctx.recorder.publish_once(&event, &regarding).await,
+        false => ctx.recorder.publish(&event, &regarding).await,
+    };
+    if let Err(e) = published {
         debug!("recording event {}: {e}", note.reason);
     }
 }

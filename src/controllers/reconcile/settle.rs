@@ -159,17 +159,24 @@ pub fn settle<K: Workload>(
                     .get_or_insert_with(SourceStatus::default)
                     .image = Some(image);
             }
-            plan.notes.push(note.unwrap_or_else(|| {
-                Note::normal("JobSucceeded", format!("{op} Job {name} succeeded")).about(job)
-            }));
+            plan.notes.push(
+                note.unwrap_or_else(|| {
+                    Note::normal("JobSucceeded", format!("{op} Job {name} succeeded")).about(job)
+                })
+                .once(),
+            );
             if u.op == Op::Apply {
                 pin(job, image_ids.get(&name), plan);
             }
             succeeded(obj, o, u.op, job, snapshot, plan, &mut settled);
         } else {
-            plan.notes.push(note.unwrap_or_else(|| {
-                Note::warning("JobFailed", format!("{op} Job {name} failed: {summary}")).about(job)
-            }));
+            plan.notes.push(
+                note.unwrap_or_else(|| {
+                    Note::warning("JobFailed", format!("{op} Job {name} failed: {summary}"))
+                        .about(job)
+                })
+                .once(),
+            );
             if u.op == Op::Restore {
                 plan.counts.push(Count::Restore(RestoreResult::Failed));
                 plan.notes.push(
@@ -248,7 +255,8 @@ fn succeeded<K: Workload>(
             chunks,
             inputs_hash: hash.clone(),
         });
-        plan.notes.push(Note::normal("StateAdopted", note));
+        plan.notes
+            .push(Note::normal("StateAdopted", note).about(job).once());
         settled.adopted = Some(hash);
     }
     if op == Op::Apply {
@@ -264,12 +272,15 @@ fn succeeded<K: Workload>(
         });
     }
     plan.counts.push(Count::Restore(RestoreResult::Succeeded));
-    plan.notes.push(Note::normal(
-        "StateRestored",
-        format!(
-            "Job {} restored the state from backup serial {serial}",
-            job.name_any()
-        ),
-    ));
+    plan.notes.push(
+        Note::normal(
+            "StateRestored",
+            format!(
+                "Job {} restored the state from backup serial {serial}",
+                job.name_any()
+            ),
+        )
+        .once(),
+    );
     settled.restored = Some(serial.to_owned());
 }

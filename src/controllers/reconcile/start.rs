@@ -115,15 +115,18 @@ pub fn build<K: Workload>(obj: &K, o: &Object, settings: &Settings, r: &Request<
             format!("Job {job_name} force-unlocks the stale state lock {id} left by an ended runner pod of this object"),
         ));
     }
-    job_notes.push(Note::normal(
-        "JobCreated",
-        format!(
-            "{} Job {job_name} (attempt {attempt}, image {}): {}",
-            op.as_str(),
-            r.image,
-            r.reason.as_str()
-        ),
-    ));
+    job_notes.push(
+        Note::normal(
+            "JobCreated",
+            format!(
+                "{} Job {job_name} (attempt {attempt}, image {}): {}",
+                op.as_str(),
+                r.image,
+                r.reason.as_str()
+            ),
+        )
+        .once(),
+    );
     let inputs_changed = r.reason == JobReason::InputsChanged;
     let mut notes = match inputs_changed {
         true => vec![Note::normal(

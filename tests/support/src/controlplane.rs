@@ -314,10 +314,7 @@ fn boot(
     let sa_key_file = write("service-account.key", &sa_key.serialize_pem())?;
     let sa_pub_file = write("service-account.pub", &sa_key.public_key_pem())?;
 
-    let etcd_client = free_port()?;
-    let etcd_peer = free_port()?;
-    let api_port = free_port()?;
-    let kcm_port = free_port()?;
+    let [etcd_client, etcd_peer, api_port, kcm_port] = free_ports()?;
     plane.server = format!("https://127.0.0.1:{api_port}");
 
     let kubeconfig = kubeconfig_yaml(
@@ -567,13 +564,18 @@ current-context: captf-test
     )
 }
 
-fn free_port() -> Result<u16, String> {
-    let listener =
-        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("finding a free port: {e}"))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
+/// `N` distinct free ports: each listener is held until all are bound, so
+/// the kernel cannot hand out one port twice.
+pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N], String> {
+    let listeners = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("finding a free port: {e}"))?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&listeners) {
+        *port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    }
+    Ok(ports)
 }
 
 pub(crate) fn log_tail(path: &Path) -> String {

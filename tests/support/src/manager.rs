@@ -51,9 +51,8 @@ impl Manager {
         std::fs::create_dir(&certs).unwrap();
         std::fs::write(certs.join("tls.crt"), &serving.cert_pem).unwrap();
         std::fs::write(certs.join("tls.key"), &serving.key_pem).unwrap();
-        let webhook_port = free_port();
-        let health_port = free_port();
-        let diagnostics_port = free_port();
+        let [webhook_port, health_port, diagnostics_port] =
+            crate::controlplane::free_ports().expect("free ports");
         let log = std::fs::File::create(dir.path().join("manager.log")).unwrap();
         let mut cmd = Command::new(binary);
         cmd.arg(format!(
@@ -336,14 +335,6 @@ pub(crate) async fn wait_established(api: &Api<CustomResourceDefinition>, names:
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-}
-
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn http_response(port: u16, path: &str) -> Option<String> {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::controlplane::{self, ControlPlane, spawn_owned};
-use crate::manager::{apply_crds, free_port, http_status};
+use crate::manager::{apply_crds, http_status};
 use crate::upstream;
 
 /// The pinned Cluster API release, e.g. `1.14.2`.
@@ -85,7 +85,7 @@ impl CapiManager {
             .expect("a serving certificate");
         std::fs::write(certs.join("tls.crt"), pair.cert.pem()).unwrap();
         std::fs::write(certs.join("tls.key"), pair.signing_key.serialize_pem()).unwrap();
-        let health_port = free_port();
+        let [health_port, webhook_port] = crate::controlplane::free_ports().expect("free ports");
         let log = std::fs::File::create(dir.path().join("capi-manager.log")).unwrap();
         let mut cmd = Command::new(&binary);
         cmd.arg(format!("--kubeconfig={}", plane.kubeconfig().display()));
@@ -94,7 +94,7 @@ impl CapiManager {
             cmd.arg(format!("--namespace={namespace}"));
         }
         cmd.arg(format!("--webhook-cert-dir={}", certs.display()))
-            .arg(format!("--webhook-port={}", free_port()))
+            .arg(format!("--webhook-port={webhook_port}"))
             .arg(format!("--health-addr=127.0.0.1:{health_port}"))
             // "0" turns the metrics server off.
             .arg("--diagnostics-address=0")
