@@ -44,28 +44,21 @@ pub fn json_minimal(s: &str) -> String {
 /// `\u00XX` (Go 1.22 and later; earlier versions wrote `\b` and `\f` as
 /// `\u0008` and `\u000c`).
 pub fn json_go(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => u_escape(&mut out, c),
-            c if (c as u32) < 0x20 => u_escape(&mut out, c),
-            c => out.push(c),
-        }
-    }
-    out
+    json_escaped(s, |c| {
+        matches!(c, '<' | '>' | '&' | '\u{2028}' | '\u{2029}') || (c as u32) < 0x20
+    })
 }
 
 /// JSON string content in ASCII, as Python's `json.dumps` writes it:
 /// non-ASCII characters and DEL as `\u` escapes (surrogate pairs above
 /// U+FFFF).
 pub fn json_ascii(s: &str) -> String {
+    json_escaped(s, |c| !c.is_ascii() || c.is_ascii_control())
+}
+
+/// JSON string content with the short escapes, and `\u` escapes for the
+/// characters `u_escaped` picks.
+fn json_escaped(s: &str, u_escaped: impl Fn(char) -> bool) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -76,8 +69,8 @@ pub fn json_ascii(s: &str) -> String {
             '\t' => out.push_str("\\t"),
             '\u{8}' => out.push_str("\\b"),
             '\u{c}' => out.push_str("\\f"),
-            c if c.is_ascii() && !c.is_ascii_control() => out.push(c),
-            c => u_escape(&mut out, c),
+            c if u_escaped(c) => u_escape(&mut out, c),
+            c => out.push(c),
         }
     }
     out
