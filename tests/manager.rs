@@ -5,7 +5,6 @@
 
 use std::convert::Infallible;
 use std::io::Read as _;
-use std::net::TcpListener as StdTcpListener;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -40,14 +39,6 @@ const SHUTDOWN_DELAY: &str = "3s";
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Body = BoxBody<Bytes, BoxError>;
-
-fn free_port() -> u16 {
-    StdTcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A directory laid out as kubelet lays out a mounted Secret: `tls.crt` and
 /// `tls.key` link into `..data`, a link to a timestamped directory.
@@ -116,7 +107,7 @@ impl Manager {
         let log_dir = tempfile::tempdir().unwrap();
         let log = log_dir.path().join("manager.log");
         let file = std::fs::File::create(&log).unwrap();
-        let (health, webhook, diagnostics) = (free_port(), free_port(), free_port());
+        let [health, webhook, diagnostics] = controlplane::free_ports().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_captf-manager"));
         cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--health-addr=127.0.0.1:{health}"))
@@ -435,7 +426,7 @@ async fn readyz_waits_for_the_api_server_and_turns_unready_at_sigterm() {
     // The manager reaches the API server only through a proxy that is not
     // listening yet.
     let api = plane.server().strip_prefix("https://").unwrap().to_string();
-    let proxy_port = free_port();
+    let [proxy_port] = controlplane::free_ports().unwrap();
     let kubeconfig = std::fs::read_to_string(plane.manager_kubeconfig())
         .unwrap()
         .replace(plane.server(), &format!("https://127.0.0.1:{proxy_port}"));

@@ -566,7 +566,7 @@ current-context: captf-test
 
 /// `N` distinct free ports: each listener is held until all are bound, so
 /// the kernel cannot hand out one port twice.
-pub(crate) fn free_ports<const N: usize>() -> Result<[u16; N], String> {
+pub fn free_ports<const N: usize>() -> Result<[u16; N], String> {
     let listeners = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()
