@@ -23,9 +23,11 @@ demo: platform runner
 	target/debug/captf-demo
 
 # Benchmarks are compiled, not run: their figures come from `make bench`.
+# Fuzzing runs bounded (fuzz-smoke); long runs are `make fuzz`.
 test: platform runner
 	$(CARGO) build --workspace --benches
 	$(CARGO) test --workspace
+	$(MAKE) fuzz-smoke
 
 # Every benchmark, then one table of figures and goals (hack/bench.sh).
 bench: platform runner
@@ -35,3 +37,18 @@ bench: platform runner
 # metadata.yaml and cluster-template.yaml (README "Installing with clusterctl").
 release-manifests:
 	hack/release-manifests.sh out
+
+# Coverage-guided fuzzing with cargo fuzz (nightly; fuzz/, hack/fuzz.sh) of the
+# AdmissionReview handler, the state reader, the lock info and the runner's
+# result document. fuzz-smoke runs each target for FUZZ_SMOKE_SECONDS on a
+# copy of the committed corpus; fuzz for FUZZ_SECONDS on a working corpus in
+# ~/.cache/captf/fuzz-target/corpus. Either exits non-zero on a finding. FUZZ_TARGETS picks targets.
+FUZZ_SMOKE_SECONDS ?= 20
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS ?=
+.PHONY: fuzz fuzz-smoke
+fuzz-smoke:
+	hack/fuzz.sh smoke $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
+
+fuzz:
+	hack/fuzz.sh long $(FUZZ_SECONDS) $(FUZZ_TARGETS)
