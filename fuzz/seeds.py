@@ -230,6 +230,9 @@ def run_result():
         "kind": "interrupted", "step": "plan", "summary": "terminated by SIGTERM"}}))
     write(target, "restore", compact({"operation": "restore", "runtimeVersion": "1.10.0", "steps": [
         {"name": "state-push", "exitCode": 0, "durationMilliseconds": 300}]}))
+    # Found by `make fuzz`: an error step past the CRD's 64 characters.
+    write(target, "finding-long-error-step", compact(dict(
+        base, steps=steps[:1], error={"kind": "step", "step": "apply" + "t" * 92, "summary": ""})))
     words = ['"operation"', '"job"', '"image"', '"runtimeVersion"', '"steps"', '"changed"',
              '"plan"', '"error"', '"name"', '"exitCode"', '"durationMilliseconds"', '"args"',
              '"kind"', '"step"', '"summary"', '"planHash"', '"add"', '"change"', '"destroy"',

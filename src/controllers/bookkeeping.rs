@@ -32,6 +32,10 @@ pub struct Accounted {
 /// Status keeps at most 16 steps (the CRD's limit).
 const MAX_STEPS: usize = 16;
 const MAX_SUMMARY: usize = 512;
+/// A step's name, in `steps` and in `error` (the CRD's limit).
+const MAX_NAME: usize = 64;
+/// A step the document gives no name.
+const UNNAMED: &str = "(unnamed)";
 
 fn truncate(mut s: String, max: usize) -> String {
     if s.len() > max {
@@ -84,8 +88,17 @@ pub fn account(
             summary: Some(summary),
         })
     };
+    // The document is the pod's to write: clipped to the CRD's bounds, or
+    // the status write that carries it is refused.
     let error = error.map(|mut e| {
-        e.summary = e.summary.map(|s| truncate(s, MAX_SUMMARY));
+        e.step = e
+            .step
+            .map(|s| truncate(s, MAX_NAME))
+            .filter(|s| !s.is_empty());
+        e.summary = e
+            .summary
+            .map(|s| truncate(s, MAX_SUMMARY))
+            .filter(|s| !s.is_empty());
         e
     });
 
@@ -96,7 +109,9 @@ pub fn account(
                 .iter()
                 .take(MAX_STEPS)
                 .map(|s| RunStep {
-                    name: truncate(s.name.clone(), 64),
+                    name: Some(truncate(s.name.clone(), MAX_NAME))
+                        .filter(|n| !n.is_empty())
+                        .unwrap_or_else(|| UNNAMED.into()),
                     exit_code: s.exit_code,
                     duration_milliseconds: Some(
                         i64::try_from(s.duration_milliseconds).unwrap_or(i64::MAX),
@@ -455,6 +470,41 @@ mod tests {
             assert_eq!(a.outcome == Outcome::Failed, backoff, "{what}");
             assert_eq!(a.last_run.job, "job-x");
         }
+    }
+
+    /// Found by `make fuzz` (run_result): a 97-character error step was
+    /// kept whole, so the status write carrying it was refused.
+    #[test]
+    fn a_document_past_the_schema_is_clipped_to_it() {
+        let long = "applyt".repeat(20);
+        let doc = serde_json::json!({
+            "operation": "apply",
+            "steps": [{"name": long, "exitCode": 1, "durationMilliseconds": 1},
+                      {"name": "", "exitCode": 0, "durationMilliseconds": 1}],
+            "error": {"kind": "step", "step": long, "summary": ""}
+        })
+        .to_string();
+        let a = account(
+            "j",
+            Op::Apply,
+            &end(false, false),
+            Some(&term(1, "Error", &doc)),
+        );
+        let steps = a.last_run.steps.unwrap();
+        assert_eq!(steps[0].name, long[..MAX_NAME]);
+        assert_eq!(steps[1].name, UNNAMED);
+        let error = a.last_run.error.unwrap();
+        assert_eq!(error.step.as_deref(), Some(&long[..MAX_NAME]));
+        assert_eq!(error.summary, None);
+        let step = serde_json::json!({"kind": "step", "step": "", "summary": "x"}).to_string();
+        let doc = format!(r#"{{"operation":"apply","steps":[],"error":{step}}}"#);
+        let a = account(
+            "j",
+            Op::Apply,
+            &end(false, false),
+            Some(&term(1, "Error", &doc)),
+        );
+        assert_eq!(a.last_run.error.unwrap().step, None);
     }
 
     #[test]
