@@ -17,6 +17,7 @@ mod common;
 mod deleting;
 mod dependencies;
 mod drift;
+mod finalizer;
 mod launch;
 mod live;
 mod mapping;
@@ -147,7 +148,7 @@ async fn pass<K: Workload>(obj: &K, ctx: &Context) -> Result<Action, Error> {
         obj.finalizers(),
     ) {
         Lifecycle::AddFinalizer => {
-            act::add_finalizer(ctx, obj, &o).await?;
+            finalizer::add_finalizer(ctx, obj, &o).await?;
             // The write itself wakes the next pass.
             return Ok(Action::await_change());
         }
