@@ -6,12 +6,12 @@ use std::io::Read;
 use std::path::Path;
 
 use captf_testkit::controlplane;
-use captf_testkit::{eventually, run_ok, tofu};
+use captf_testkit::{eventually, first_pod, run_ok, tofu};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
 fn config_map(name: &str, data: &[(&str, &str)]) -> ConfigMap {
     ConfigMap {
@@ -67,15 +67,7 @@ async fn job_controller_creates_a_pod() {
         .await
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(client, &ns);
-    let pod = eventually("the Job's pod", || async {
-        pods.list(&ListParams::default().labels("job-name=sleeper"))
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .next()
-    })
-    .await;
+    let pod = eventually("the Job's pod", || first_pod(&pods, "job-name=sleeper")).await;
     // No scheduler and no kubelet: the pod exists and stays Pending.
     let phase = pod.status.and_then(|s| s.phase);
     assert!(

@@ -4,11 +4,12 @@
 //! document (issue 19 item 9).
 
 use captf::jobs::builder::SOURCE_CONTAINER;
+use captf_testkit::first_pod;
 use captf_testkit::scenario::*;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const MANAGER: &str = env!("CARGO_BIN_EXE_captf-manager");
@@ -33,15 +34,7 @@ async fn a_pod_labelled_with_the_jobs_name_cannot_forge_its_result() {
     // the Job controller would adopt an orphan that matches it, and a
     // forger needs only the Job's name.
     let selector = format!("job-name={}", job.name_any());
-    let real = within(&env, 120, "the Job's pod", || async {
-        pods.list(&ListParams::default().labels(&selector))
-            .await
-            .ok()?
-            .items
-            .into_iter()
-            .next()
-    })
-    .await;
+    let real = within(&env, 120, "the Job's pod", || first_pod(&pods, &selector)).await;
 
     let mut labels = real.labels().clone();
     labels.retain(|k, _| !k.ends_with("controller-uid"));

@@ -61,6 +61,18 @@ where
     }
 }
 
+/// The first pod that `selector` matches, if the list succeeds and finds one:
+/// a probe for [`eventually`] or a scenario's `within`.
+pub async fn first_pod(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    selector: &str,
+) -> Option<k8s_openapi::api::core::v1::Pod> {
+    let listed = pods
+        .list(&kube::api::ListParams::default().labels(selector))
+        .await;
+    listed.ok()?.items.into_iter().next()
+}
+
 /// The built tofu, run in `dir` with an environment of its own: nothing of
 /// the test's environment but PATH, so no TF_* variable steers it.
 pub fn tofu(
