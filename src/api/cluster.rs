@@ -1,5 +1,6 @@
 //! TerraformCluster: the infrastructure cluster of Cluster API (ref §1.3).
 
+use super::flat::fields;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -10,7 +11,7 @@ use super::{
 };
 
 /// The desired state of a TerraformCluster.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
     version = "v1alpha1",
@@ -85,7 +86,7 @@ pub struct ClusterDefaults {
 
 /// The observed state of a TerraformCluster. All of it can be rebuilt: status
 /// does not survive `clusterctl move`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("minProperties" = 1))]
 pub struct TerraformClusterStatus {
@@ -102,3 +103,15 @@ pub struct TerraformClusterStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan: Option<PlanPreview>,
 }
+
+fields!(TerraformClusterSpec, ["source"], {
+    "controlPlaneEndpoint" => control_plane_endpoint,
+    "drift" => drift,
+    "applyPolicy" => apply_policy,
+    "defaults" => defaults,
+}, flatten workspace);
+
+fields!(TerraformClusterStatus, [], {
+    "failureDomains" => failure_domains,
+    "plan" => plan,
+}, flatten workspace);

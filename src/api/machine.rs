@@ -1,15 +1,16 @@
 //! TerraformMachine: the infrastructure machine of Cluster API (ref §1.3).
 
+use super::flat::fields;
 use kube::CustomResource;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::{
     MachineAddress, MachineDriftPolicy, MachineRemediation, WorkspaceSpec, WorkspaceStatus,
 };
 
 /// The desired state of a TerraformMachine.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
     version = "v1alpha1",
@@ -50,7 +51,7 @@ pub struct TerraformMachineSpec {
 }
 
 /// The observed state of a TerraformMachine.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TerraformMachineStatus {
     /// The status fields shared by every workload kind.
@@ -80,3 +81,16 @@ pub struct TerraformMachineStatus {
     #[schemars(range(min = 1))]
     pub unhealthy_samples: Option<i32>,
 }
+
+fields!(TerraformMachineSpec, ["source"], {
+    "providerID" => provider_id,
+    "drift" => drift,
+    "remediation" => remediation,
+}, flatten workspace);
+
+fields!(TerraformMachineStatus, [], {
+    "addresses" => addresses,
+    "failureDomain" => failure_domain,
+    "interruptible" => interruptible,
+    "unhealthySamples" => unhealthy_samples,
+}, flatten workspace);

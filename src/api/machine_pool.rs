@@ -1,14 +1,15 @@
 //! TerraformMachinePool: the infrastructure machine pool of Cluster API
 //! (ref §1.3).
 
+use super::flat::fields;
 use kube::CustomResource;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::{MachinePoolDriftPolicy, MachinePoolInstance, WorkspaceSpec, WorkspaceStatus};
 
 /// The desired state of a TerraformMachinePool. Every field is mutable.
-#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
     version = "v1alpha1",
@@ -54,7 +55,7 @@ pub struct TerraformMachinePoolSpec {
 }
 
 /// The observed state of a TerraformMachinePool.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TerraformMachinePoolStatus {
     /// The status fields shared by every workload kind.
@@ -79,3 +80,16 @@ pub struct TerraformMachinePoolStatus {
     #[schemars(length(min = 1, max = 1000))]
     pub instances: Option<Vec<MachinePoolInstance>>,
 }
+
+fields!(TerraformMachinePoolSpec, ["source"], {
+    "providerID" => provider_id,
+    "providerIDList" => provider_id_list,
+    "drift" => drift,
+    "membershipRefreshIntervalSeconds" => membership_refresh_interval_seconds,
+}, flatten workspace);
+
+fields!(TerraformMachinePoolStatus, [], {
+    "ready" => ready,
+    "replicas" => replicas,
+    "instances" => instances,
+}, flatten workspace);

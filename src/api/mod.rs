@@ -6,6 +6,7 @@
 
 mod capi;
 mod cluster;
+mod flat;
 mod identity;
 mod machine;
 mod machine_pool;

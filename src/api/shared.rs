@@ -6,6 +6,7 @@
 //! had: nothing here invents a value. Built-in defaults are resolved when a
 //! Job is built, never stored.
 
+use super::flat::fields;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
@@ -296,7 +297,7 @@ pub struct MachineRemediation {
 }
 
 /// The fields that the three workload kinds share in their spec.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceSpec {
     /// The module to run.
@@ -323,3 +324,11 @@ pub struct WorkspaceSpec {
     #[schemars(length(min = 1, max = 16))]
     pub variables_from: Option<Vec<VariablesSource>>,
 }
+
+fields!(WorkspaceSpec, ["source"], {
+    "source" => source,
+    "identityRef" => identity_ref,
+    "jobs" => jobs,
+    "variables" => variables,
+    "variablesFrom" => variables_from,
+});

@@ -2,6 +2,7 @@
 //! active Job, the last run, backups, and the fields of the Cluster API
 //! contract.
 
+use super::flat::fields;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -229,7 +230,7 @@ pub struct Initialization {
 }
 
 /// The status fields that the three workload kinds share.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkspaceStatus {
     /// Observations of the object's state; Ready summarizes them. At most 32.
@@ -291,3 +292,18 @@ pub struct WorkspaceStatus {
     #[schemars(length(min = 1, max = 16))]
     pub state_backups: Option<Vec<StateBackup>>,
 }
+
+fields!(WorkspaceStatus, [], {
+    "conditions" => conditions,
+    "initialization" => initialization,
+    "observedGeneration" => observed_generation,
+    "activeJob" => active_job,
+    "lastRun" => last_run,
+    "lastDriftCheck" => last_drift_check,
+    "lastRefresh" => last_refresh,
+    "pendingRefreshes" => pending_refreshes,
+    "observedStateSerial" => observed_state_serial,
+    "stateSecretSuffix" => state_secret_suffix,
+    "source" => source,
+    "stateBackups" => state_backups,
+});
