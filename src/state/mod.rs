@@ -443,8 +443,11 @@ impl Snapshot {
         }
     }
 
-    /// The same snapshot without the Secrets' data and managed fields: what
-    /// is kept between passes.
+    /// The same snapshot with only what a later pass reads of its Secrets:
+    /// the name, uid and resourceVersion (to know them unchanged and delete
+    /// them as read), the owners and finalizers (to adopt them) and the
+    /// annotations (the inputs hash). The data, labels and the rest are
+    /// dropped: kept for every object, they cost memory at rest.
     pub fn without_data(&self) -> Snapshot {
         Snapshot {
             readable: self.readable.clone(),
@@ -453,8 +456,13 @@ impl Snapshot {
                 .iter()
                 .map(|s| Secret {
                     metadata: ObjectMeta {
-                        managed_fields: None,
-                        ..s.metadata.clone()
+                        name: s.metadata.name.clone(),
+                        uid: s.metadata.uid.clone(),
+                        resource_version: s.metadata.resource_version.clone(),
+                        owner_references: s.metadata.owner_references.clone(),
+                        finalizers: s.metadata.finalizers.clone(),
+                        annotations: s.metadata.annotations.clone(),
+                        ..ObjectMeta::default()
                     },
                     ..Secret::default()
                 })
@@ -543,6 +551,58 @@ mod tests {
             assert_eq!(outcome.metric_reason(), metric);
             assert!(!outcome.message().is_empty());
         }
+    }
+
+    #[test]
+    fn a_kept_snapshot_holds_only_what_later_passes_read() {
+        use k8s_openapi::ByteString;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference};
+        let strings = |pairs: &[(&str, &str)]| {
+            Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        let owner = OwnerReference {
+            name: "m".into(),
+            uid: "u-1".into(),
+            ..Default::default()
+        };
+        let read = Snapshot {
+            readable: StateReadable::NotFound,
+            secrets: vec![Secret {
+                metadata: ObjectMeta {
+                    name: Some("tfstate-default-s".into()),
+                    namespace: Some("ns".into()),
+                    uid: Some("uid-1".into()),
+                    resource_version: Some("42".into()),
+                    owner_references: Some(vec![owner.clone()]),
+                    finalizers: Some(vec!["f".into()]),
+                    annotations: strings(&[(crate::keys::INPUTS_HASH, "h")]),
+                    labels: strings(&[("tfstate", "true")]),
+                    managed_fields: Some(vec![ManagedFieldsEntry::default()]),
+                    ..Default::default()
+                },
+                data: Some([("tfstate".to_string(), ByteString(vec![1; 64]))].into()),
+                ..Default::default()
+            }],
+        };
+        let kept = read.without_data();
+        let expected = ObjectMeta {
+            name: Some("tfstate-default-s".into()),
+            uid: Some("uid-1".into()),
+            resource_version: Some("42".into()),
+            owner_references: Some(vec![owner]),
+            finalizers: Some(vec!["f".into()]),
+            annotations: strings(&[(crate::keys::INPUTS_HASH, "h")]),
+            ..Default::default()
+        };
+        assert_eq!(kept.secrets.len(), 1);
+        assert_eq!(kept.secrets[0].metadata, expected);
+        assert_eq!(kept.secrets[0].data, None);
+        assert!(kept.base("s").is_some());
     }
 
     #[test]
