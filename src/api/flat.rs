@@ -24,8 +24,8 @@ pub(crate) trait Fields: Default {
     /// The keys that must be present.
     const REQUIRED: &'static [&'static str];
 
-    /// Decodes the value of `key` into its field; false (the value left
-    /// unread) when `key` is not one of [`Self::KEYS`].
+    /// Decodes the value of `key` into its field, or the flattened
+    /// struct's; false (the value left unread) when no field has that key.
     fn take<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error>;
 }
 
