@@ -2,7 +2,7 @@
 
 CARGO ?= cargo
 
-.PHONY: demo test bench platform runner release-manifests
+.PHONY: demo test bench platform runner release-manifests images
 
 # Builds kube-apiserver, kube-controller-manager, etcd, kubectl, tofu and helm from
 # source into ~/.cache/captf/bin (skipped when cached).
@@ -52,3 +52,11 @@ fuzz-smoke:
 
 fuzz:
 	hack/fuzz.sh long $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# CAPTF's images as OCI layouts in target/images, built without a Docker
+# daemon (hack/images.sh): captf-manager, captf-runner and the noop module.
+# PROFILE=dev for a debug build; publish one with
+# `crane push target/images/captf-manager <registry>/captf-manager:<tag>`.
+PROFILE ?= release
+images: platform
+	PROFILE=$(PROFILE) hack/images.sh target/images

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test platform from upstream sources through the Go module proxy:
 # kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd,
-# tofu, helm, the Cluster API core manager and clusterctl, and promtool, into
+# tofu, helm, the Cluster API core manager and clusterctl, promtool, and crane
+# (which also serves the tests' registry), into
 # $CAPTF_CACHE_DIR/bin/<name>-<version> (default ~/.cache/captf), outside the
 # repository. What is already there is skipped,
 # so a second run is instant. Prints what it builds and how long each took.
@@ -129,5 +130,17 @@ else
   echo "build: promtool v$PROMETHEUS_MODULE_VERSION built in $(elapsed "$t")"
 fi
 
-ls -l "$BIN"/kube-apiserver-"$K" "$BIN"/kube-controller-manager-"$K" "$BIN"/kubectl-"$K" "$ETCD" "$TOFU" "$HELM" "$BIN/capi-manager-$CAPI" "$BIN/clusterctl-$CAPI" "$PROMTOOL" \
+GGCR="v$GGCR_VERSION"
+if [ -x "$BIN/crane-$GGCR" ]; then
+  echo "build: crane $GGCR cached"
+else
+  echo "build: crane $GGCR from github.com/google/go-containerregistry ..."
+  t=$(date +%s)
+  (cd "$TMP" && GOBIN="$TMP" GOFLAGS="-buildvcs=false" go install -trimpath -ldflags "-s -w" \
+    "github.com/google/go-containerregistry/cmd/crane@$GGCR")
+  mv "$TMP/crane" "$BIN/crane-$GGCR"
+  echo "build: crane $GGCR built in $(elapsed "$t")"
+fi
+
+ls -l "$BIN"/kube-apiserver-"$K" "$BIN"/kube-controller-manager-"$K" "$BIN"/kubectl-"$K" "$ETCD" "$TOFU" "$HELM" "$BIN/capi-manager-$CAPI" "$BIN/clusterctl-$CAPI" "$PROMTOOL" "$BIN/crane-$GGCR" \
   | awk '{ printf "build: %s %.1f MiB\n", $NF, $5 / 1048576 }'

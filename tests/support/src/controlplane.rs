@@ -52,6 +52,7 @@ pub fn binary(name: &str) -> PathBuf {
         "tofu" => version("OPENTOFU_VERSION"),
         "helm" => version("HELM_VERSION"),
         "promtool" => version("PROMETHEUS_MODULE_VERSION"),
+        "crane" => version("GGCR_VERSION"),
         other => panic!("no pinned version for {other}"),
     };
     let path = bin_dir().join(format!("{name}-v{version}"));

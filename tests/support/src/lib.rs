@@ -11,6 +11,7 @@ pub mod identity;
 pub mod manager;
 pub mod owners;
 pub mod refusal;
+pub mod registry;
 pub mod scenario;
 pub mod upstream;
 

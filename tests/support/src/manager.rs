@@ -65,16 +65,19 @@ impl Manager {
         .arg(format!(
             "--diagnostics-address=127.0.0.1:{diagnostics_port}"
         ))
-        .arg("--insecure-diagnostics")
-        // Jobs' init containers run it; no kubelet pulls it here.
-        .arg("--runner-image=captf.test/runner:dev")
-        .args(extra)
-        .env("RUST_LOG", "info,captf=debug")
-        .env("NO_COLOR", "1")
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log);
+        .arg("--insecure-diagnostics");
+        // Jobs' init containers run it: the local build, unless the test
+        // names an image.
+        if !extra.iter().any(|a| a.starts_with("--runner-image=")) {
+            cmd.arg("--runner-image=captf.test/runner:dev");
+        }
+        cmd.args(extra)
+            .env("RUST_LOG", "info,captf=debug")
+            .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
         let child =
             spawn_owned(cmd).unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
         Manager {

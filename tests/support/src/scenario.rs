@@ -262,9 +262,13 @@ pub fn tail(s: &str) -> String {
 }
 
 /// The test images, plus the noop module in an image whose ENV tries to
-/// steer tofu ([`POISONED`]).
+/// steer tofu ([`POISONED`]), and those of the test process's registry
+/// once it runs ([`crate::registry::shared`]).
 pub fn images() -> Images {
-    let images = Images::for_tests();
+    let mut images = Images::for_tests();
+    if let Some(registry) = crate::registry::started() {
+        images = images.with_registry(registry.host());
+    }
     let Some(Image::Module(noop)) = images.get(NOOP) else {
         panic!("no {NOOP} image")
     };

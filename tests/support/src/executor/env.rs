@@ -59,8 +59,9 @@ fn prefixed(data: &Data, prefix: &str) -> Vec<(String, String)> {
 
 const IN_CLUSTER: &str = "--backend-config=in_cluster_config=true";
 
-/// The host command line of a container. The runner image's `/runner` is its
-/// binary; a program found in the root runs from there, any other from the
+/// The host command line of a container: its command and args, or what its
+/// image's entrypoint and Cmd give in their place. The runner image's
+/// `/runner` is its binary; a program found in the root runs from there, any other from the
 /// host. The runner's `run` gets `--root=<root>` and the kubeconfig in place
 /// of the in-cluster configuration; for any other program, an absolute
 /// argument whose path (or its parent) is in the root is taken inside it.
@@ -72,10 +73,19 @@ pub(super) fn host_argv(
     kubeconfig: &Path,
     root_has: &dyn Fn(&Path) -> bool,
 ) -> Result<Vec<String>, PodError> {
+    // As a kubelet: the container's command replaces the image's entrypoint
+    // and its Cmd; its args replace the Cmd.
+    let (command, args) = match image {
+        Image::Unpacked(u) if command.is_empty() => {
+            let args = if args.is_empty() { &u.cmd[..] } else { args };
+            (&u.entrypoint[..], args)
+        }
+        _ => (command, args),
+    };
     let argv: Vec<&String> = command.iter().chain(args).collect();
     let Some((program, rest)) = argv.split_first() else {
         return Err(PodError::Unsupported(
-            "the container has no command (the local executor knows no image entrypoints)".into(),
+            "the container has no command, and its image no entrypoint".into(),
         ));
     };
     let local = |arg: &str| -> Option<PathBuf> {

@@ -1,4 +1,5 @@
-//! Images: the local layouts that image references stand for.
+//! Images: the local layouts that image references stand for, and images
+//! pulled from a registry ([`Images::with_registry`]) and unpacked.
 
 use std::collections::HashMap;
 use std::fs;
@@ -28,12 +29,36 @@ pub struct ModuleImage {
     pub env: Vec<(String, String)>,
 }
 
+/// An image pulled from a registry: its files, unpacked, and what its
+/// config sets of how a container runs.
+#[derive(Clone, Debug, Default)]
+pub struct Unpacked {
+    /// The image's filesystem, its layers applied in order.
+    pub root: PathBuf,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    /// The image's ENV.
+    pub env: Vec<(String, String)>,
+}
+
 /// A local stand-in for an image.
 #[derive(Clone, Debug)]
 pub enum Image {
     /// The runner image: the binary that is its `/runner`.
     Runner(PathBuf),
     Module(ModuleImage),
+    Unpacked(Unpacked),
+}
+
+impl Image {
+    /// The ENV of the image's config.
+    pub fn env(&self) -> &[(String, String)] {
+        match self {
+            Image::Runner(_) => &[],
+            Image::Module(m) => &m.env,
+            Image::Unpacked(u) => &u.env,
+        }
+    }
 }
 
 /// Image references and the local layouts they stand for.
@@ -43,13 +68,19 @@ pub struct Images {
     /// What each pulled digest held when it was pulled, as a registry keeps
     /// a manifest after its tag moves on (shared by clones).
     pulled: Arc<Mutex<HashMap<String, Image>>>,
+    /// The registry (`host:port`) whose references are pulled from it.
+    registry: Option<String>,
+    /// The digest each reference of the registry named when last pulled.
+    resolved: Arc<Mutex<HashMap<String, String>>>,
 }
 
 /// `sha256:<hex>` of a module image's content: its module files, runtime
-/// and environment; of a runner image, its binary's path, size and time.
+/// and environment; of a runner image, its binary's path, size and time;
+/// of an unpacked one, its folder (named by its registry digest).
 fn digest_of(image: &Image) -> std::io::Result<String> {
     let mut h = Sha256::new();
     match image {
+        Image::Unpacked(u) => h.update(u.root.to_string_lossy().as_bytes()),
         Image::Runner(binary) => {
             let meta = fs::metadata(binary)?;
             h.update(binary.to_string_lossy().as_bytes());
@@ -76,6 +107,84 @@ fn digest_of(image: &Image) -> std::io::Result<String> {
         }
     }
     Ok(format!("sha256:{:x}", h.finalize()))
+}
+
+/// `sha256:` and 64 hex digits: what a digest must be before it names a
+/// folder.
+fn is_digest(digest: &str) -> bool {
+    digest
+        .strip_prefix("sha256:")
+        .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Runs crane and returns its output, or what it said on failure.
+fn crane(args: &[&str]) -> Result<String, String> {
+    let output = std::process::Command::new(crate::controlplane::binary("crane"))
+        .args(args)
+        .arg("--insecure")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| format!("running crane: {e}"))?;
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).trim().to_string());
+    }
+    String::from_utf8(output.stdout).map_err(|e| e.to_string())
+}
+
+/// Pulls `<repository>@<digest>` with crane, which checks the manifest,
+/// the config and each layer against their digests, into a folder named by
+/// the digest: the layers applied in order (`crane export`), and the config.
+fn unpack(repository: &str, digest: &str) -> Result<Unpacked, String> {
+    let by_digest = format!("{repository}@{digest}");
+    let config: serde_json::Value = serde_json::from_str(&crane(&["config", &by_digest])?)
+        .map_err(|e| format!("the config of {by_digest}: {e}"))?;
+    let config = &config["config"];
+    let strings = |key: &str| -> Vec<String> {
+        config[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect()
+    };
+    let env = strings("Env")
+        .into_iter()
+        .filter_map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect();
+    let root = std::env::temp_dir().join(format!("captf-image-{}", digest.replace(':', "-")));
+    if !root.exists() {
+        let partial = root.with_extension(format!("partial-{}", std::process::id()));
+        fs::create_dir_all(&partial).map_err(|e| e.to_string())?;
+        let tarball = partial.with_extension("tar");
+        crane(&["export", &by_digest, &tarball.to_string_lossy()])?;
+        let untar = std::process::Command::new("tar")
+            .arg("-xf")
+            .arg(&tarball)
+            .arg("-C")
+            .arg(&partial)
+            .status();
+        let _ = fs::remove_file(&tarball);
+        match untar {
+            Ok(status) if status.success() => {}
+            other => return Err(format!("unpacking {by_digest}: {other:?}")),
+        }
+        if let Err(e) = fs::rename(&partial, &root) {
+            // Another pull of the same digest came first.
+            let _ = fs::remove_dir_all(&partial);
+            if !root.exists() {
+                return Err(e.to_string());
+            }
+        }
+    }
+    Ok(Unpacked {
+        root,
+        entrypoint: strings("Entrypoint"),
+        cmd: strings("Cmd"),
+        env,
+    })
 }
 
 /// The repository of a reference: without its digest and its tag.
@@ -127,6 +236,20 @@ impl Images {
         self
     }
 
+    /// Images whose reference names `host` (`127.0.0.1:<port>`) are pulled
+    /// from that registry.
+    pub fn with_registry(mut self, host: &str) -> Images {
+        self.registry = Some(host.to_string());
+        self
+    }
+
+    /// Whether `reference` names an image of the registry.
+    fn in_registry(&self, reference: &str) -> bool {
+        self.registry
+            .as_deref()
+            .is_some_and(|host| reference.split_once('/').is_some_and(|(h, _)| h == host))
+    }
+
     pub fn with_module(mut self, reference: &str, image: ModuleImage) -> Images {
         self.by_reference
             .insert(reference.to_string(), Image::Module(image));
@@ -170,7 +293,12 @@ impl Images {
 
     /// The image a reference names: exactly; by digest, what that digest
     /// held when it was pulled; or a tag with a digest, by its tag.
+    /// An image of the registry is found once pulled.
     pub fn get(&self, reference: &str) -> Option<Image> {
+        if self.in_registry(reference) {
+            let digest = self.resolved.lock().ok()?.get(reference)?.clone();
+            return self.pulled.lock().ok()?.get(&digest).cloned();
+        }
         if let Some(image) = self.by_reference.get(reference) {
             return Some(image.clone());
         }
@@ -185,7 +313,17 @@ impl Images {
     /// now, kept under its digest, and the image ID a kubelet reports,
     /// `<repository>@sha256:<hex>`. A reference by a digest that was never
     /// pulled pulls what its repository's tag holds, if that has the digest.
-    pub fn pull(&self, reference: &str) -> Option<(Image, String)> {
+    /// An image of the registry is pulled from it; the error is what
+    /// ErrImagePull shows.
+    pub fn pull(&self, reference: &str) -> Result<(Image, String), String> {
+        if self.in_registry(reference) {
+            return self.pull_from_registry(reference);
+        }
+        self.pull_local(reference)
+            .ok_or_else(|| format!("image {reference:?} is not known to the local executor"))
+    }
+
+    fn pull_local(&self, reference: &str) -> Option<(Image, String)> {
         let repo = repository(reference);
         let image = match self.get(reference) {
             Some(image) => image,
@@ -208,6 +346,38 @@ impl Images {
             .ok()?
             .insert(digest.clone(), kept.clone());
         Some((kept, format!("{repo}@{digest}")))
+    }
+
+    /// Pulls `reference` from the registry: the digest its tag names now
+    /// (or the one it names), unpacked once per digest.
+    fn pull_from_registry(&self, reference: &str) -> Result<(Image, String), String> {
+        let repo = repository(reference);
+        let digest = match reference.split_once('@') {
+            Some((_, digest)) => digest.to_string(),
+            None => crane(&["digest", reference])?.trim().to_string(),
+        };
+        if !is_digest(&digest) {
+            return Err(format!("{reference}: {digest:?} is not a sha256 digest"));
+        }
+        let known = self
+            .pulled
+            .lock()
+            .ok()
+            .and_then(|p| p.get(&digest).cloned());
+        let image = match known {
+            Some(image) => image,
+            None => {
+                let image = Image::Unpacked(unpack(repo, &digest)?);
+                if let Ok(mut pulled) = self.pulled.lock() {
+                    pulled.insert(digest.clone(), image.clone());
+                }
+                image
+            }
+        };
+        if let Ok(mut resolved) = self.resolved.lock() {
+            resolved.insert(reference.to_string(), digest.clone());
+        }
+        Ok((image, format!("{repo}@{digest}")))
     }
 }
 
@@ -254,6 +424,7 @@ mod tests {
             let got = images.get(reference).map(|i| match &i {
                 Image::Runner(_) => "runner",
                 Image::Module(_) => "module",
+                Image::Unpacked(_) => "unpacked",
             });
             assert_eq!(got, *want, "{reference}");
         }

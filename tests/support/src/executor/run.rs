@@ -13,7 +13,6 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use tokio::sync::watch;
 
 use super::env::{host_argv, merge_env};
-use super::images::Image;
 use super::process::{Exit, Process};
 use super::status::{State, Statuses, waiting};
 use super::volumes::{Objects, in_root, write_file};
@@ -240,17 +239,22 @@ impl PodRun {
             .iter_mut()
             .chain(self.statuses.main.iter_mut())
         {
-            match self.shared.images.pull(&slot.image) {
-                Some((_, image_id)) => slot.image_id = image_id,
-                None => {
-                    let error = PodError::UnknownImage(slot.image.clone());
-                    slot.state = waiting("ErrImagePull", Some(error.to_string()));
+            // crane may take seconds over a large image.
+            let images = self.shared.images.clone();
+            let reference = slot.image.clone();
+            let pulled = tokio::task::spawn_blocking(move || images.pull(&reference))
+                .await
+                .unwrap_or_else(|e| Err(format!("pulling: {e}")));
+            match pulled {
+                Ok((_, image_id)) => slot.image_id = image_id,
+                Err(message) => {
+                    slot.state = waiting("ErrImagePull", Some(message));
                     unknown = true;
                 }
             }
         }
         if unknown {
-            self.log("an image is unknown: ErrImagePull");
+            self.log("an image was not pulled: ErrImagePull");
             self.write_status().await;
             return Err(());
         }
@@ -311,10 +315,7 @@ impl PodRun {
                     .map_err(mounting)?;
                     token_written = true;
                 }
-                let image_env = match image {
-                    Image::Module(module) => module.env.clone(),
-                    Image::Runner(_) => Vec::new(),
-                };
+                let image_env = image.env().to_vec();
                 let (env_from, env) = self
                     .container_env(pod, container, &mut objects)
                     .await

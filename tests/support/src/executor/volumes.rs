@@ -205,14 +205,23 @@ impl PodRun {
                 link(&dir, other)?;
             }
         }
+        let mounted: Vec<PathBuf> = containers
+            .iter()
+            .flat_map(|c| c.volume_mounts.iter().flatten())
+            .filter_map(|m| in_root(root, &m.mount_path).ok())
+            .collect();
         for container in &containers {
             let reference = container.image.clone().unwrap_or_default();
-            if let Some(Image::Module(image)) = self.shared.images.get(&reference) {
-                link(&image.module, &root.join("captf/module"))?;
-                link(&image.runtime, &root.join("captf/runtime"))?;
-                if let Some(providers) = &image.providers {
-                    link(providers, &root.join("captf/providers"))?;
+            match self.shared.images.get(&reference) {
+                Some(Image::Module(image)) => {
+                    link(&image.module, &root.join("captf/module"))?;
+                    link(&image.runtime, &root.join("captf/runtime"))?;
+                    if let Some(providers) = &image.providers {
+                        link(providers, &root.join("captf/providers"))?;
+                    }
                 }
+                Some(Image::Unpacked(image)) => link_tree(&image.root, root, &mounted)?,
+                _ => {}
             }
         }
         Ok(())
@@ -352,6 +361,33 @@ pub(super) fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), 
 }
 
 /// `link` names `target` (replacing what was there).
+/// Links every file of the image's tree `from` into the root at its path,
+/// but none under a mount: a volume shadows what the image holds there.
+/// Every container of the pod sees the files of all its images.
+fn link_tree(from: &Path, root: &Path, mounted: &[PathBuf]) -> Result<(), PodError> {
+    let mut dirs = vec![from.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in fs::read_dir(&dir).map_err(io_error(&dir))? {
+            let entry = entry.map_err(io_error(&dir))?;
+            let path = entry.path();
+            let Ok(relative) = path.strip_prefix(from) else {
+                continue;
+            };
+            let inside = root.join(relative);
+            if mounted.iter().any(|m| inside.starts_with(m)) {
+                continue;
+            }
+            let file_type = entry.file_type().map_err(io_error(&path))?;
+            if file_type.is_dir() {
+                dirs.push(path);
+            } else {
+                link(&path, &inside)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn link(target: &Path, link: &Path) -> Result<(), PodError> {
     if let Some(parent) = link.parent() {
         fs::create_dir_all(parent).map_err(io_error(parent))?;
