@@ -368,6 +368,9 @@ fn boot(
                 sa_key_file.display()
             ),
             "--service-cluster-ip-range=10.0.0.0/24".into(),
+            // A webhook's Service is dialled at its endpoints (the pod IPs
+            // of the pod stand-in): there is no Service network.
+            "--enable-aggregator-routing=true".into(),
             "--authorization-mode=RBAC".into(),
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
@@ -392,7 +395,8 @@ fn boot(
             format!("--kubeconfig={kcm_kubeconfig}"),
             format!("--authentication-kubeconfig={kcm_kubeconfig}"),
             format!("--authorization-kubeconfig={kcm_kubeconfig}"),
-            "--controllers=job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller".into(),
+            // Deployments and Services for the manager installed in a pod.
+            "--controllers=job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller,endpointslice-controller".into(),
             format!("--service-account-private-key-file={}", sa_key_file.display()),
             format!("--root-ca-file={}", ca_file.display()),
             "--use-service-account-credentials=false".into(),

@@ -59,6 +59,23 @@ fn prefixed(data: &Data, prefix: &str) -> Vec<(String, String)> {
 
 const IN_CLUSTER: &str = "--backend-config=in_cluster_config=true";
 
+/// A container's command line as a kubelet makes it: its command replaces
+/// the image's entrypoint and Cmd; its args replace the Cmd.
+pub(super) fn container_argv<'a>(
+    image: &'a Image,
+    command: &'a [String],
+    args: &'a [String],
+) -> Vec<&'a String> {
+    let (command, args) = match image {
+        Image::Unpacked(u) if command.is_empty() => {
+            let args = if args.is_empty() { &u.cmd[..] } else { args };
+            (&u.entrypoint[..], args)
+        }
+        _ => (command, args),
+    };
+    command.iter().chain(args).collect()
+}
+
 /// The host command line of a container: its command and args, or what its
 /// image's entrypoint and Cmd give in their place. The runner image's
 /// `/runner` is its binary; a program found in the root runs from there, any other from the
@@ -73,16 +90,7 @@ pub(super) fn host_argv(
     kubeconfig: &Path,
     root_has: &dyn Fn(&Path) -> bool,
 ) -> Result<Vec<String>, PodError> {
-    // As a kubelet: the container's command replaces the image's entrypoint
-    // and its Cmd; its args replace the Cmd.
-    let (command, args) = match image {
-        Image::Unpacked(u) if command.is_empty() => {
-            let args = if args.is_empty() { &u.cmd[..] } else { args };
-            (&u.entrypoint[..], args)
-        }
-        _ => (command, args),
-    };
-    let argv: Vec<&String> = command.iter().chain(args).collect();
+    let argv = container_argv(image, command, args);
     let Some((program, rest)) = argv.split_first() else {
         return Err(PodError::Unsupported(
             "the container has no command, and its image no entrypoint".into(),

@@ -39,6 +39,10 @@ pub struct Unpacked {
     pub cmd: Vec<String>,
     /// The image's ENV.
     pub env: Vec<(String, String)>,
+    /// The image's USER, `uid[:gid]`, if set.
+    pub user: Option<String>,
+    /// The image's WORKDIR, if set.
+    pub working_dir: Option<String>,
 }
 
 /// A local stand-in for an image.
@@ -179,11 +183,19 @@ fn unpack(repository: &str, digest: &str) -> Result<Unpacked, String> {
             }
         }
     }
+    let text = |key: &str| {
+        config[key]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
     Ok(Unpacked {
         root,
         entrypoint: strings("Entrypoint"),
         cmd: strings("Cmd"),
         env,
+        user: text("User"),
+        working_dir: text("WorkingDir"),
     })
 }
 

@@ -23,6 +23,7 @@
 //! resource limits (see [`Executor::kill_oom`]) and the
 //! FallbackToLogsOnError message policy (read as File).
 
+mod contained;
 mod env;
 mod images;
 mod process;
@@ -104,6 +105,10 @@ struct Shared {
     synced: Sender<bool>,
     /// A slot per pod that may run at once (see [`Executor::limit_pods`]).
     slots: Arc<Semaphore>,
+    /// Every pod of the namespace runs contained (`contained.rs`).
+    contained: bool,
+    /// The API server's port on `127.0.0.1`.
+    api_port: u16,
 }
 
 struct Tracked {
@@ -124,7 +129,7 @@ impl Executor {
     /// `client` (an admin client of `plane`), and returns once the first list
     /// is in. Must be called on the runtime the client belongs to.
     pub async fn start(client: kube::Client, plane: &ControlPlane, images: Images) -> Executor {
-        Executor::launch(client, plane, images, None).await
+        Executor::launch(client, plane, images, None, false).await
     }
 
     /// Like [`Executor::start`], for the pods of one namespace only. The
@@ -136,7 +141,21 @@ impl Executor {
         images: Images,
         namespace: &str,
     ) -> Executor {
-        Executor::launch(client, plane, images, Some(namespace.to_string())).await
+        Executor::launch(client, plane, images, Some(namespace.to_string()), false).await
+    }
+
+    /// Runs every pod of `namespace`, each contained as in a container
+    /// (`contained.rs`): its images pulled from the registry, its root its
+    /// filesystem, a network and pod IP of its own, its containers
+    /// restarted as its restart policy says and made ready by their
+    /// readiness probes. The manager's own Deployment runs so.
+    pub async fn start_contained(
+        client: kube::Client,
+        plane: &ControlPlane,
+        images: Images,
+        namespace: &str,
+    ) -> Executor {
+        Executor::launch(client, plane, images, Some(namespace.to_string()), true).await
     }
 
     async fn launch(
@@ -144,7 +163,14 @@ impl Executor {
         plane: &ControlPlane,
         images: Images,
         namespace: Option<String>,
+        contained: bool,
     ) -> Executor {
+        let api_port = plane
+            .server()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim_end_matches('/').parse().ok())
+            .unwrap_or_else(|| panic!("no port in {}", plane.server()));
         crate::controlplane::remove_stale_dirs(DIR_PREFIX, "CAPTF_KEEP_EXECUTOR");
         let dir = tempfile::Builder::new()
             .prefix(&format!("{DIR_PREFIX}{}-", std::process::id()))
@@ -171,7 +197,12 @@ impl Executor {
             log: Mutex::new(log),
             synced: Sender::new(false),
             slots: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
+            contained,
+            api_port,
         });
+        if contained {
+            register_node(&shared.client).await;
+        }
         let mut synced = shared.synced.subscribe();
         let watcher = tokio::spawn(watch_pods(shared.clone()));
         // Not fatal: the watch retries, and its first list comes when it can.
@@ -294,6 +325,22 @@ impl Drop for Executor {
     }
 }
 
+/// The Node [`NODE`], as a kubelet registers its own: the EndpointSlice
+/// controller skips the pods of a node it cannot find.
+async fn register_node(client: &kube::Client) {
+    let node: k8s_openapi::api::core::v1::Node = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": NODE },
+        "spec": {},
+    }))
+    .unwrap_or_default();
+    let nodes = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone());
+    match nodes.create(&kube::api::PostParams::default(), &node).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 409 => {}
+        Err(e) => panic!("registering the node {NODE}: {e}"),
+    }
+}
+
 impl Shared {
     fn log(&self, line: &str) {
         use std::io::Write as _;
@@ -326,6 +373,10 @@ struct PodRun {
     statuses: Statuses,
     written: Option<Statuses>,
     start_time: Timestamp,
+    /// A contained pod's network (`contained.rs`).
+    network: Option<Arc<contained::Network>>,
+    /// The main container's readiness, while a probe runs.
+    readiness: Option<Receiver<bool>>,
 }
 
 /// Why a pod cannot run (yet).

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use tokio::time::Instant;
 
+use super::contained::Jail;
 use super::status::{Termination, termination, termination_message};
 use super::{PodRun, lock};
 
@@ -147,8 +148,8 @@ impl IdMaps {
 
 /// A process that dies with its parent, leads its own process group (so
 /// that a kill reaches all it started) and, where the kernel allows it, has
-/// the pod's hostname.
-fn own_process(cmd: &mut tokio::process::Command, hostname: &str) {
+/// the pod's hostname; a contained one then enters its jail.
+fn own_process(cmd: &mut tokio::process::Command, hostname: &str, jail: Option<Jail>) {
     let name = hostname.as_bytes().to_vec();
     let maps = IdMaps::of_caller();
     // SAFETY: geteuid has no side effects.
@@ -173,6 +174,9 @@ fn own_process(cmd: &mut tokio::process::Command, hostname: &str) {
             if uts {
                 libc::sethostname(name.as_ptr().cast(), name.len());
             }
+            if let Some(jail) = &jail {
+                jail.enter()?;
+            }
             Ok(())
         });
     }
@@ -185,6 +189,8 @@ pub(super) struct Process {
     pub(super) env: BTreeMap<String, String>,
     pub(super) cwd: PathBuf,
     pub(super) message_path: PathBuf,
+    /// A contained container's jail (`contained.rs`).
+    pub(super) jail: Option<Jail>,
 }
 
 /// How a container run ended.
@@ -221,6 +227,12 @@ impl PodRun {
             }
             _ => {}
         }
+        // A kubelet's termination log is there, and writable by any user.
+        if process.jail.is_some()
+            && let Err(e) = super::volumes::write_file(&process.message_path, b"", 0o666)
+        {
+            return fail_start(e.to_string());
+        }
         let Some((program, args)) = process.argv.split_first() else {
             return fail_start("no command".into());
         };
@@ -234,7 +246,7 @@ impl PodRun {
             .stderr(stderr)
             .kill_on_drop(true);
         let hostname = self.current().map(|p| pod_hostname(&p)).unwrap_or_default();
-        own_process(&mut cmd, &hostname);
+        own_process(&mut cmd, &hostname, process.jail.clone());
         let mut child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -286,9 +298,27 @@ impl PodRun {
             // The grace period may shrink with a second deletion.
             let deadline =
                 terminating.map(|t| t + Duration::from_secs(grace_seconds(&pod).unsigned_abs()));
+            let readiness = async {
+                match self.readiness.as_mut() {
+                    Some(rx) => rx.changed().await.ok().map(|()| *rx.borrow_and_update()),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 status = child.wait() => break status,
                 _ = self.rx.changed() => {}
+                ready = readiness => {
+                    match ready {
+                        Some(ready) => {
+                            self.log(&format!("container {}: ready {ready}", process.container));
+                            if let Some(slot) = self.statuses.main.first_mut() {
+                                slot.ready = Some(ready);
+                            }
+                            self.write_status().await;
+                        }
+                        None => self.readiness = None,
+                    }
+                }
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() && !killed => {
                     self.log(&format!("container {}: grace period over, SIGKILL", process.container));
                     kill_tree(pid);

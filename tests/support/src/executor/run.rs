@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use tokio::sync::watch;
 
+use super::contained::{Network, pod_ports, probe_readiness};
 use super::env::{host_argv, merge_env};
 use super::process::{Exit, Process};
 use super::status::{State, Statuses, waiting};
@@ -20,6 +21,8 @@ use super::{NODE, PodError, PodKey, PodRun, Shared, TOKEN_SECONDS, io_error};
 use crate::identity::token_kubeconfig;
 
 const RETRY: Duration = Duration::from_secs(1);
+/// A kubelet's first wait before restarting a container.
+const CRASH_BACKOFF: Duration = Duration::from_secs(10);
 
 /// How the work on a pod ended.
 enum Ending {
@@ -53,6 +56,8 @@ impl PodRun {
             statuses,
             written: None,
             start_time: Timestamp::now(),
+            network: None,
+            readiness: None,
         }
     }
 
@@ -171,6 +176,20 @@ impl PodRun {
         if self.pull_images().await.is_err() {
             return Ending::Settled;
         }
+        if self.shared.contained {
+            match Network::start(self.shared.api_port, &pod_ports(pod)).await {
+                Ok(network) => {
+                    self.log(&format!("pod IP {}", network.ip));
+                    self.network = Some(Arc::new(network));
+                }
+                Err(e) => {
+                    let message = format!("the pod's network: {e}");
+                    self.statuses.all_waiting("ContainerCreating", &message);
+                    self.write_status().await;
+                    return Ending::Settled;
+                }
+            }
+        }
         self.write_status().await;
         let processes = loop {
             let latest = match self.current() {
@@ -216,17 +235,74 @@ impl PodRun {
             self.write_status().await;
             return Ending::Settled;
         }
-        self.statuses.main[0].state = State::Running {
-            started_at: Timestamp::now(),
+        let restarts = |exit_code: i32| match spec.restart_policy.as_deref() {
+            Some("Never") => false,
+            Some("OnFailure") => exit_code != 0,
+            _ => true,
         };
-        self.write_status().await;
-        match self.run_process(&main).await {
-            Exit::Gone => Ending::Gone,
-            Exit::Done(termination) => {
-                self.statuses.main[0].state = State::Terminated(termination);
-                self.write_status().await;
-                Ending::Settled
+        let mut backoff = CRASH_BACKOFF;
+        loop {
+            let probe = self
+                .network
+                .clone()
+                .and_then(|network| probe_readiness(network, &spec.containers[0]));
+            let slot = &mut self.statuses.main[0];
+            slot.state = State::Running {
+                started_at: Timestamp::now(),
+            };
+            slot.ready = probe.as_ref().map(|_| false);
+            let (prober, readiness) = probe.unzip();
+            self.readiness = readiness;
+            self.write_status().await;
+            let started = tokio::time::Instant::now();
+            let exit = self.run_process(&main).await;
+            if let Some(prober) = prober {
+                prober.abort();
             }
+            self.readiness = None;
+            let termination = match exit {
+                Exit::Gone => return Ending::Gone,
+                Exit::Done(termination) => termination,
+            };
+            let deleting = self
+                .current()
+                .is_none_or(|p| p.metadata.deletion_timestamp.is_some());
+            let slot = &mut self.statuses.main[0];
+            slot.ready = slot.ready.map(|_| false);
+            if deleting || !restarts(termination.exit_code) {
+                slot.state = State::Terminated(termination);
+                self.write_status().await;
+                return Ending::Settled;
+            }
+            // As a kubelet: the wait before a restart doubles up to five
+            // minutes, and starts over after ten minutes of running.
+            if started.elapsed() > Duration::from_secs(600) {
+                backoff = CRASH_BACKOFF;
+            }
+            let line = format!(
+                "container {} exited {}: restarting in {}s",
+                main.container,
+                termination.exit_code,
+                backoff.as_secs()
+            );
+            slot.restarts += 1;
+            slot.last = Some(termination);
+            slot.state = waiting(
+                "CrashLoopBackOff",
+                Some(format!(
+                    "back-off {}s restarting failed container",
+                    backoff.as_secs()
+                )),
+            );
+            self.log(&line);
+            self.write_status().await;
+            let until = tokio::time::Instant::now() + backoff;
+            while tokio::time::Instant::now() < until {
+                if self.pause(until - tokio::time::Instant::now()).await {
+                    return Ending::Settled;
+                }
+            }
+            backoff = (backoff * 2).min(Duration::from_secs(300));
         }
     }
 
@@ -282,6 +358,11 @@ impl PodRun {
                     .images
                     .get(&reference)
                     .ok_or_else(|| config(PodError::UnknownImage(reference.clone())))?;
+                if let Some(network) = &self.network {
+                    return self
+                        .contained_process(pod, container, &image, network, &mut objects)
+                        .await;
+                }
                 let root_has = |p: &Path| p.exists();
                 let argv = host_argv(
                     &image,
@@ -345,6 +426,7 @@ impl PodRun {
                     env: merge_env(&path, &image_env, &env_from, &env, &self.root, &mount_paths),
                     cwd,
                     message_path: in_root(&self.root, message_path).map_err(config)?,
+                    jail: None,
                 })
             };
         let mut init = Vec::new();

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState, ContainerStateRunning, ContainerStateTerminated,
-    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodStatus,
+    ContainerStateWaiting, ContainerStatus, Pod, PodCondition, PodIP, PodStatus,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -55,6 +55,12 @@ pub(super) struct Slot {
     /// What the kubelet reports once the image is pulled.
     pub(super) image_id: String,
     pub(super) state: State,
+    /// The readiness probe's last answer; none without a probe (ready
+    /// while running).
+    pub(super) ready: Option<bool>,
+    pub(super) restarts: i32,
+    /// How its previous run ended.
+    pub(super) last: Option<Termination>,
 }
 
 /// Every container's state, in the order of the pod's spec.
@@ -74,6 +80,9 @@ impl Statuses {
                     image: c.image.clone().unwrap_or_default(),
                     image_id: String::new(),
                     state: waiting(reason, None),
+                    ready: None,
+                    restarts: 0,
+                    last: None,
                 })
                 .collect()
         };
@@ -98,7 +107,8 @@ impl Statuses {
     }
 }
 
-/// The pod's phase from its containers' states, for restartPolicy Never.
+/// The pod's phase from its containers' states: for restartPolicy Never,
+/// and Running while a restarted container waits to run again.
 fn phase(statuses: &Statuses) -> &'static str {
     let exit = |slot: &Slot| match &slot.state {
         State::Terminated(t) => Some(t.exit_code),
@@ -114,11 +124,10 @@ fn phase(statuses: &Statuses) -> &'static str {
     if statuses.init.iter().any(|s| exit(s).is_none()) {
         return "Pending";
     }
-    if statuses
-        .main
-        .iter()
-        .any(|s| matches!(s.state, State::Running { .. }))
-    {
+    if statuses.main.iter().any(|s| {
+        matches!(s.state, State::Running { .. })
+            || (s.restarts > 0 && !matches!(s.state, State::Terminated(_)))
+    }) {
         return "Running";
     }
     let codes: Option<Vec<i32>> = statuses.main.iter().map(exit).collect();
@@ -129,8 +138,34 @@ fn phase(statuses: &Statuses) -> &'static str {
     }
 }
 
-/// The pods/status a kubelet would write for these states.
-fn pod_status(statuses: &Statuses, start_time: Timestamp, now: Timestamp) -> PodStatus {
+fn terminated(t: &Termination) -> ContainerState {
+    ContainerState {
+        terminated: Some(ContainerStateTerminated {
+            exit_code: t.exit_code,
+            reason: Some(t.reason.clone()),
+            message: t.message.clone(),
+            signal: t.signal,
+            started_at: Some(Time(t.started_at)),
+            finished_at: Some(Time(t.finished_at)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Whether a container is running and, if it has a probe, ready.
+fn ready(slot: &Slot) -> bool {
+    matches!(slot.state, State::Running { .. }) && slot.ready.unwrap_or(true)
+}
+
+/// The pods/status a kubelet would write for these states, with the pod's
+/// IP when it has one of its own.
+fn pod_status(
+    statuses: &Statuses,
+    start_time: Timestamp,
+    now: Timestamp,
+    pod_ip: Option<String>,
+) -> PodStatus {
     let container = |slot: &Slot| {
         let state = match &slot.state {
             State::Waiting { reason, message } => ContainerState {
@@ -146,28 +181,18 @@ fn pod_status(statuses: &Statuses, start_time: Timestamp, now: Timestamp) -> Pod
                 }),
                 ..Default::default()
             },
-            State::Terminated(t) => ContainerState {
-                terminated: Some(ContainerStateTerminated {
-                    exit_code: t.exit_code,
-                    reason: Some(t.reason.clone()),
-                    message: t.message.clone(),
-                    signal: t.signal,
-                    started_at: Some(Time(t.started_at)),
-                    finished_at: Some(Time(t.finished_at)),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
+            State::Terminated(t) => terminated(t),
         };
         let running = matches!(slot.state, State::Running { .. });
         ContainerStatus {
             name: slot.name.clone(),
             image: slot.image.clone(),
             image_id: slot.image_id.clone(),
-            ready: running,
+            ready: ready(slot),
             started: Some(running),
-            restart_count: 0,
+            restart_count: slot.restarts,
             state: Some(state),
+            last_state: slot.last.as_ref().map(terminated),
             ..Default::default()
         }
     };
@@ -175,11 +200,7 @@ fn pod_status(statuses: &Statuses, start_time: Timestamp, now: Timestamp) -> Pod
         .init
         .iter()
         .all(|s| matches!(&s.state, State::Terminated(t) if t.exit_code == 0));
-    let ready = !statuses.main.is_empty()
-        && statuses
-            .main
-            .iter()
-            .all(|s| matches!(s.state, State::Running { .. }));
+    let ready = !statuses.main.is_empty() && statuses.main.iter().all(ready);
     let condition = |type_: &str, status: bool| PodCondition {
         type_: type_.to_string(),
         status: if status { "True" } else { "False" }.to_string(),
@@ -197,6 +218,9 @@ fn pod_status(statuses: &Statuses, start_time: Timestamp, now: Timestamp) -> Pod
         ]),
         init_container_statuses: Some(statuses.init.iter().map(container).collect()),
         container_statuses: Some(statuses.main.iter().map(container).collect()),
+        host_ip: pod_ip.as_ref().map(|_| "127.0.0.1".to_string()),
+        pod_ips: pod_ip.as_ref().map(|ip| vec![PodIP { ip: ip.clone() }]),
+        pod_ip,
         ..Default::default()
     }
 }
@@ -251,7 +275,8 @@ impl PodRun {
         if self.written.as_ref() == Some(&self.statuses) {
             return;
         }
-        let status = pod_status(&self.statuses, self.start_time, Timestamp::now());
+        let pod_ip = self.network.as_ref().map(|n| n.ip.to_string());
+        let status = pod_status(&self.statuses, self.start_time, Timestamp::now(), pod_ip);
         let patch = Patch::Merge(serde_json::json!({ "status": status }));
         // As a kubelet does, keep trying while the API server is away (a
         // restart takes seconds): a pod whose end is never written holds
@@ -294,6 +319,21 @@ mod tests {
             image: "img".into(),
             image_id: String::new(),
             state,
+            ready: None,
+            restarts: 0,
+            last: None,
+        }
+    }
+
+    /// A container restarted once, after `done(1)`, now in `state`.
+    fn restarted(state: State) -> Slot {
+        let State::Terminated(last) = done(1) else {
+            unreachable!()
+        };
+        Slot {
+            restarts: 1,
+            last: Some(last),
+            ..slot("manager", state)
         }
     }
 
@@ -352,6 +392,45 @@ mod tests {
             };
             assert_eq!(phase(&statuses), want, "{what}");
         }
+        let statuses = Statuses {
+            init: vec![],
+            main: vec![restarted(waiting("CrashLoopBackOff", None))],
+        };
+        assert_eq!(phase(&statuses), "Running", "restarting");
+    }
+
+    #[test]
+    fn readiness_restarts_and_the_pod_ip_show_as_a_kubelets() {
+        let unready = Slot {
+            ready: Some(false),
+            ..restarted(running())
+        };
+        let statuses = Statuses {
+            init: vec![],
+            main: vec![unready.clone()],
+        };
+        let ip = Some("198.18.0.2".to_string());
+        let status = serde_json::to_value(pod_status(&statuses, at(0), at(5), ip)).unwrap();
+        assert_eq!(status["podIP"], "198.18.0.2");
+        assert_eq!(status["podIPs"][0]["ip"], "198.18.0.2");
+        assert_eq!(status["hostIP"], "127.0.0.1");
+        let main = &status["containerStatuses"][0];
+        assert_eq!(main["ready"], false, "the probe said no");
+        assert_eq!(main["restartCount"], 1);
+        assert_eq!(main["lastState"]["terminated"]["exitCode"], 1);
+        assert_eq!(status["conditions"][3]["status"], "False");
+
+        let statuses = Statuses {
+            init: vec![],
+            main: vec![Slot {
+                ready: Some(true),
+                ..unready
+            }],
+        };
+        let status = serde_json::to_value(pod_status(&statuses, at(0), at(5), None)).unwrap();
+        assert_eq!(status["containerStatuses"][0]["ready"], true);
+        assert_eq!(status["conditions"][3]["status"], "True");
+        assert!(status.get("podIP").is_none());
     }
 
     #[test]
@@ -360,7 +439,7 @@ mod tests {
             init: vec![slot("runner", done(0))],
             main: vec![slot("source", running())],
         };
-        let status = serde_json::to_value(pod_status(&statuses, at(0), at(5))).unwrap();
+        let status = serde_json::to_value(pod_status(&statuses, at(0), at(5), None)).unwrap();
         assert_eq!(status["phase"], "Running");
         assert_eq!(status["startTime"], "1970-01-01T00:00:00Z");
         let init = &status["initContainerStatuses"][0];
@@ -405,7 +484,7 @@ mod tests {
             )],
             main: vec![slot("source", pending())],
         };
-        let status = serde_json::to_value(pod_status(&statuses, at(0), at(5))).unwrap();
+        let status = serde_json::to_value(pod_status(&statuses, at(0), at(5), None)).unwrap();
         assert_eq!(status["phase"], "Pending");
         let waiting = &status["initContainerStatuses"][0]["state"]["waiting"];
         assert_eq!(

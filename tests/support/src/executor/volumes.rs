@@ -156,6 +156,14 @@ impl PodRun {
         }
         let dev = root.join("dev");
         fs::create_dir_all(&dev).map_err(io_error(&dev))?;
+        if self.shared.contained {
+            // Where the host's /proc and devices are bound in.
+            let proc = root.join("proc");
+            fs::create_dir_all(&proc).map_err(io_error(&proc))?;
+            for device in super::contained::DEVICES {
+                write_file(&dev.join(device), b"", 0o666)?;
+            }
+        }
         let spec = pod.spec.clone().unwrap_or_default();
         let containers: Vec<&Container> = spec
             .init_containers
@@ -237,7 +245,8 @@ impl PodRun {
         fs::create_dir_all(dir).map_err(io_error(dir))?;
         let mut files = Vec::new();
         if volume.empty_dir.is_some() {
-            // An empty directory is all there is.
+            // An empty directory, writable by any user, as a kubelet's.
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o777)).map_err(io_error(dir))?;
         } else if let Some(source) = &volume.secret {
             let name = source.secret_name.clone().unwrap_or_default();
             let optional = source.optional.unwrap_or(false);
@@ -360,10 +369,10 @@ pub(super) fn write_file(path: &Path, contents: &[u8], mode: u32) -> Result<(), 
     fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_error(path))
 }
 
-/// `link` names `target` (replacing what was there).
-/// Links every file of the image's tree `from` into the root at its path,
-/// but none under a mount: a volume shadows what the image holds there.
-/// Every container of the pod sees the files of all its images.
+/// Hard-links every file of the image's tree `from` into the root at its
+/// path (a chrooted process can follow no link out of its root), but none
+/// under a mount: a volume shadows what the image holds there. Every
+/// container of the pod sees the files of all its images.
 fn link_tree(from: &Path, root: &Path, mounted: &[PathBuf]) -> Result<(), PodError> {
     let mut dirs = vec![from.to_path_buf()];
     while let Some(dir) = dirs.pop() {
@@ -380,14 +389,21 @@ fn link_tree(from: &Path, root: &Path, mounted: &[PathBuf]) -> Result<(), PodErr
             let file_type = entry.file_type().map_err(io_error(&path))?;
             if file_type.is_dir() {
                 dirs.push(path);
-            } else {
-                link(&path, &inside)?;
+                continue;
+            }
+            if let Some(parent) = inside.parent() {
+                fs::create_dir_all(parent).map_err(io_error(parent))?;
+            }
+            let _ = fs::remove_file(&inside);
+            if fs::hard_link(&path, &inside).is_err() {
+                fs::copy(&path, &inside).map_err(io_error(&inside))?;
             }
         }
     }
     Ok(())
 }
 
+/// `link` names `target` (replacing what was there).
 fn link(target: &Path, link: &Path) -> Result<(), PodError> {
     if let Some(parent) = link.parent() {
         fs::create_dir_all(parent).map_err(io_error(parent))?;

@@ -19,7 +19,12 @@ pub(super) async fn watch_pods(shared: Arc<Shared>) {
         Some(namespace) => Api::namespaced(shared.client.clone(), namespace),
         None => Api::all(shared.client.clone()),
     };
-    let config = watcher::Config::default().labels(MANAGED_SELECTOR);
+    // A contained executor runs every pod of its namespace.
+    let config = if shared.contained {
+        watcher::Config::default()
+    } else {
+        watcher::Config::default().labels(MANAGED_SELECTOR)
+    };
     let mut events = watcher::watcher(api, config).default_backoff().boxed();
     // The UIDs listed since the watch (re)started: a pod deleted while the
     // watch was down is missing from the list and never reported deleted.
