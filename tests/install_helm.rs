@@ -1,6 +1,7 @@
 //! `helm install` from the local registry (issue 21): the manager runs in a
 //! pod from its image, with its ServiceAccount's in-cluster credentials,
-//! behind its Service.
+//! behind its Service, its serving certificate self-signed by its init
+//! container (no cert-manager).
 
 use std::process::Command;
 use std::time::Duration;
@@ -9,8 +10,9 @@ use captf_testkit::Executor;
 use captf_testkit::controlplane::{self, binary};
 use captf_testkit::registry::{self, MANAGER as MANAGER_IMAGE, TAG};
 use captf_testkit::scenario::images;
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ListParams, PostParams};
 use serde_json::json;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -79,59 +81,6 @@ async fn helm_install_runs_the_manager_from_its_image_behind_its_service() {
         "certManager.enabled=false",
     ]);
 
-    // Standing in for cert-manager, for now.
-    let ca = captf::server::dev_certs::DevCa::generate("test-webhook-ca").unwrap();
-    let serving = ca
-        .issue_server(&["captf-webhook-service.captf-system.svc"], &[])
-        .unwrap();
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": { "name": "captf-webhook-service-cert" },
-        "stringData": { "tls.crt": serving.cert_pem, "tls.key": serving.key_pem, "ca.crt": ca.cert_pem() },
-    }))
-    .unwrap();
-    Api::<Secret>::namespaced(client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
-    let bundle = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, ca.cert_pem());
-    for (kind, name) in [
-        (
-            "validatingwebhookconfigurations",
-            "captf-validating-webhook-configuration",
-        ),
-        (
-            "mutatingwebhookconfigurations",
-            "captf-mutating-webhook-configuration",
-        ),
-    ] {
-        let out = Command::new(binary("kubectl"))
-            .arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
-            .args(["get", kind, name, "-o", "json"])
-            .output()
-            .unwrap();
-        let mut config: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        for webhook in config["webhooks"].as_array_mut().unwrap() {
-            webhook["clientConfig"]["caBundle"] = json!(bundle);
-        }
-        let api: Api<kube::api::DynamicObject> = Api::all_with(
-            client.clone(),
-            &kube::discovery::ApiResource {
-                group: "admissionregistration.k8s.io".into(),
-                version: "v1".into(),
-                api_version: "admissionregistration.k8s.io/v1".into(),
-                kind: String::new(),
-                plural: kind.into(),
-            },
-        );
-        api.patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"webhooks": config["webhooks"]})),
-        )
-        .await
-        .unwrap();
-    }
-
     let _executor = Executor::start_contained(client.clone(), plane, images(), NAMESPACE).await;
     let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
@@ -149,6 +98,25 @@ async fn helm_install_runs_the_manager_from_its_image_behind_its_service() {
             listed.items.iter().map(|p| &p.status).collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // The init container made the serving certificate and set the CA.
+    let secret = Api::<Secret>::namespaced(client.clone(), NAMESPACE)
+        .get("captf-webhook-service-cert")
+        .await
+        .expect("the Secret the init container keeps");
+    let ca = secret.data.unwrap_or_default()["ca.crt"].0.clone();
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get("captf-validating-webhook-configuration")
+        .await
+        .unwrap();
+    for webhook in validating.webhooks.unwrap_or_default() {
+        assert_eq!(
+            webhook.client_config.ca_bundle.map(|b| b.0),
+            Some(ca.clone()),
+            "{}",
+            webhook.name
+        );
     }
 
     // The webhook answers through the Service.

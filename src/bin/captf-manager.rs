@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use captf::server::certs::{CertsArgs, CertsError};
 use captf::server::flags::{Command, Flags, LoggingFormat};
 use captf::server::runtime::Runtime;
 use futures::TryFutureExt;
@@ -52,9 +53,22 @@ fn main() -> ExitCode {
 
 async fn run() -> ExitCode {
     let flags = Flags::from_args();
-    if flags.command == Some(Command::Crds) {
-        print!("{}", captf::api::crds_yaml());
-        return ExitCode::SUCCESS;
+    match &flags.command {
+        Some(Command::Crds) => {
+            print!("{}", captf::api::crds_yaml());
+            return ExitCode::SUCCESS;
+        }
+        Some(Command::Certs(args)) => {
+            init_logging(flags.logging_format);
+            return match certs(&flags, args).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    error!("{e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        None => {}
     }
     init_logging(flags.logging_format);
     for (name, value) in flags.describe() {
@@ -67,4 +81,18 @@ async fn run() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `captf-manager certs`: the self-signed serving certificate, in step.
+async fn certs(flags: &Flags, args: &CertsArgs) -> Result<(), CertsError> {
+    let metrics = std::sync::Arc::new(captf::metrics::Metrics::new());
+    let client = captf::server::kube_client(flags.kubeconfig.as_deref(), metrics).await?;
+    captf::server::certs::run(
+        client,
+        args,
+        &flags.webhook_cert_dir,
+        &flags.webhook_cert_name,
+        &flags.webhook_key_name,
+    )
+    .await
 }

@@ -137,10 +137,14 @@ pub struct Flags {
 }
 
 /// What to do instead of running the manager.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::Subcommand)]
+#[derive(Clone, Debug, PartialEq, Eq, clap::Subcommand)]
 pub enum Command {
     /// Print the CustomResourceDefinitions as one YAML stream.
     Crds,
+    /// Keep the webhook's self-signed serving certificate in step (its
+    /// Secret, the webhooks' caBundle, the files in --webhook-cert-dir),
+    /// then exit: the init container of an install without cert-manager.
+    Certs(super::certs::CertsArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

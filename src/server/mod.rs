@@ -3,6 +3,7 @@
 //! `/metrics`), leader election, and the runtime that wires them together
 //! and shuts them down gracefully.
 
+pub mod certs;
 pub mod connections;
 pub mod dev_certs;
 pub mod diagnostics;
