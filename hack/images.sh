@@ -4,7 +4,8 @@
 #   captf-manager  /manager and /runner (the manager's default runner image)
 #   captf-runner   /runner only, for --runner-image
 #   captf-module-noop  tests/modules/noop at /captf/module and the pinned tofu
-#                  at /captf/runtime (reference §9.1)
+#                  at /captf/runtime (reference §9.1), and a shell for its
+#                  provisioner
 # Each is one layer on an empty base, linux/amd64, user 65532, with the OCI
 # labels of reference §9.1. The binaries are linked statically (glibc's
 # crt-static on the gnu target, as `make runner`). crane assembles the images
@@ -103,6 +104,21 @@ image captf-manager /manager
 
 put_binary "$bin/captf-runner" "$work/captf-runner/runner"
 image captf-runner /runner
+
+# The noop module's local-exec provisioner runs `sh -c "sleep N && ..."`:
+# the module image carries the build host's sh, sleep and env with the
+# libraries they load, as a module image on a small base would.
+host_program() {
+  local path
+  path="$(command -v "$1")"
+  install -D -m 0755 "$path" "$work/captf-module-noop$2"
+  for lib in $(ldd "$path" | grep -o '/[^ ]*' | grep -v ':$'); do
+    [ -e "$work/captf-module-noop$lib" ] || install -D -m 0755 "$lib" "$work/captf-module-noop$lib"
+  done
+}
+host_program dash /bin/sh
+host_program sleep /bin/sleep
+host_program env /usr/bin/env
 
 mkdir -p "$work/captf-module-noop/captf/module"
 cp tests/modules/noop/*.tf "$work/captf-module-noop/captf/module/"

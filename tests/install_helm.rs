@@ -1,63 +1,55 @@
 //! `helm install` from the local registry (issue 21): the manager runs in a
 //! pod from its image, with its ServiceAccount's in-cluster credentials,
 //! behind its Service, its serving certificate self-signed by its init
-//! container (no cert-manager).
+//! container (no cert-manager); Jobs run the runner and module images of
+//! the registry; `helm upgrade` rolls the manager to a new image without
+//! losing a reconcile; `helm uninstall` leaves the CRDs and the state.
 
-use std::process::Command;
-use std::time::Duration;
-
-use captf_testkit::Executor;
-use captf_testkit::controlplane::{self, binary};
-use captf_testkit::registry::{self, MANAGER as MANAGER_IMAGE, TAG};
-use captf_testkit::scenario::images;
+use captf::api::{TerraformCluster, TerraformMachine};
+use captf_testkit::controlplane;
+use captf_testkit::install::{NAMESPACE, Tenant, manager_pods, ready, run, webhook_refusal};
+use captf_testkit::registry::{self, MANAGER as MANAGER_IMAGE, NOOP_MODULE, TAG};
+use captf_testkit::{Executor, scenario::images};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, ListParams, PostParams};
-use serde_json::json;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
 
-const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-const NAMESPACE: &str = "captf-system";
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/captf");
 
-fn helm(args: &[&str]) -> String {
-    let plane = controlplane::shared();
-    let out = Command::new(binary("helm"))
-        .args(args)
-        .arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("captf-helm-cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("captf-helm-config"),
-        )
-        .env(
-            "HELM_DATA_HOME",
-            std::env::temp_dir().join("captf-helm-data"),
-        )
-        .output()
-        .expect("running helm");
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+/// The image IDs of a pod's init containers and containers.
+fn image_ids(pod: &Pod) -> (Vec<String>, Vec<String>) {
+    let status = pod.status.clone().unwrap_or_default();
+    let ids = |s: Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
+        s.into_iter().flatten().map(|s| s.image_id).collect()
+    };
+    (
+        ids(status.init_container_statuses),
+        ids(status.container_statuses),
+    )
 }
 
-/// Whether the pod's Ready condition is True.
-fn ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+/// The names of the state Secrets of a namespace.
+async fn states(client: &kube::Client, ns: &str) -> Vec<String> {
+    let mut names: Vec<String> = Api::<Secret>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|s| s.name_any())
+        .filter(|n| n.starts_with("tfstate-default-"))
+        .collect();
+    names.sort();
+    names
 }
 
 #[tokio::test]
-async fn helm_install_runs_the_manager_from_its_image_behind_its_service() {
+async fn helm_installs_upgrades_and_uninstalls_a_working_captf() {
     let registry = registry::shared();
     let manager = registry.push(MANAGER_IMAGE);
+    let module = registry.push(NOOP_MODULE);
     let plane = controlplane::shared();
     let client = plane.client().await;
     // A provider comes after Cluster API's own CRDs.
@@ -66,39 +58,35 @@ async fn helm_install_runs_the_manager_from_its_image_behind_its_service() {
         .reference
         .trim_end_matches(&format!(":{TAG}"))
         .to_string();
-    helm(&[
-        "install",
-        "captf",
-        &format!("{ROOT}/charts/captf"),
-        "--namespace",
-        NAMESPACE,
-        "--create-namespace",
-        "--set",
-        &format!("image.repository={repository}"),
-        "--set",
-        &format!("image.tag={TAG}"),
-        "--set",
-        "certManager.enabled=false",
-    ]);
-
+    let started = std::time::Instant::now();
+    run(
+        "helm",
+        &[
+            "install",
+            "captf",
+            CHART,
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--set",
+            &format!("image.repository={repository}"),
+            "--set",
+            &format!("image.tag={TAG}"),
+            "--set",
+            "certManager.enabled=false",
+        ],
+    );
     let _executor = Executor::start_contained(client.clone(), plane, images(), NAMESPACE).await;
-    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    loop {
-        let listed = pods
-            .list(&ListParams::default().labels("control-plane=captf-controller-manager"))
-            .await
-            .unwrap();
-        if listed.items.iter().any(ready) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no ready manager pod: {:#?}",
-            listed.items.iter().map(|p| &p.status).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    let pods = manager_pods(&client, 120, "a ready manager", |p| p.iter().any(ready)).await;
+    eprintln!(
+        "helm install: a ready manager in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    let (init, main) = image_ids(&pods[0]);
+    assert_eq!(
+        (init, main),
+        (vec![manager.by_digest()], vec![manager.by_digest()])
+    );
 
     // The init container made the serving certificate and set the CA.
     let secret = Api::<Secret>::namespaced(client.clone(), NAMESPACE)
@@ -119,28 +107,96 @@ async fn helm_install_runs_the_manager_from_its_image_behind_its_service() {
         );
     }
 
-    // The webhook answers through the Service.
-    let ns = captf_testkit::namespace(&client, "helm").await;
-    let machine: captf::api::TerraformMachine = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
-        "kind": "TerraformMachine",
-        "metadata": { "name": "bad" },
-        "spec": { "source": { "image": "Not A Reference" } },
-    }))
-    .unwrap();
-    let machines = Api::<captf::api::TerraformMachine>::namespaced(client.clone(), &ns);
-    let message = captf_testkit::eventually("the webhook's answer through its Service", || async {
-        let refused = machines
-            .create(&PostParams::default(), &machine)
-            .await
-            .expect_err("the webhook refuses an invalid image reference");
-        let message = refused.to_string();
-        (!message.contains("no endpoints available")).then_some(message)
-    })
-    .await;
-    assert!(message.contains("spec.source.image"), "{message}");
-    assert!(
-        message.contains("vterraformmachine") || message.contains("denied"),
-        "{message}"
+    let tenant = Tenant::new(&client, "helm").await;
+    let refusal = webhook_refusal(&client, &tenant.ns).await;
+    assert!(refusal.contains("spec.source.image"), "{refusal}");
+
+    // A cluster and a machine, applied by Jobs whose runner comes from the
+    // manager's image and whose module from its own, both pulled.
+    tenant.cluster("c", &module.reference).await;
+    tenant.machine("m1", "c", &module.reference).await;
+    tenant.applied::<TerraformCluster>("c", 240).await;
+    let status = tenant.applied::<TerraformMachine>("m1", 240).await;
+    let source = status.source.expect("status.source");
+    assert_eq!(
+        source.image_digest.as_deref(),
+        Some(module.by_digest().as_str())
     );
+    let job_pods = Api::<Pod>::namespaced(client.clone(), &tenant.ns)
+        .list(&ListParams::default().labels("captf.io/managed=true"))
+        .await
+        .unwrap();
+    assert!(!job_pods.items.is_empty());
+    for pod in &job_pods.items {
+        assert_eq!(
+            image_ids(pod),
+            (vec![manager.by_digest()], vec![module.by_digest()])
+        );
+    }
+
+    // A new release of the manager rolls out; a machine created meanwhile
+    // is applied.
+    let old: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+    let release = registry.variant(&manager, "dev-2");
+    let started = std::time::Instant::now();
+    run(
+        "helm",
+        &[
+            "upgrade",
+            "captf",
+            CHART,
+            "--namespace",
+            NAMESPACE,
+            "--reuse-values",
+            "--set",
+            "image.tag=dev-2",
+        ],
+    );
+    tenant.machine("m2", "c", &module.reference).await;
+    let rolled = manager_pods(
+        &client,
+        180,
+        "the manager rolled to the new image",
+        |pods| {
+            pods.len() == 1
+                && !old.contains(&pods[0].name_any())
+                && ready(&pods[0])
+                && image_ids(&pods[0]).1 == [release.by_digest()]
+        },
+    )
+    .await;
+    eprintln!(
+        "helm upgrade: the new manager ready in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(image_ids(&rolled[0]).0, [release.by_digest()]);
+    tenant.applied::<TerraformMachine>("m2", 240).await;
+
+    // Uninstalled, the CRDs, the objects and their state stay.
+    let kept = states(&client, &tenant.ns).await;
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    run(
+        "helm",
+        &["uninstall", "captf", "--namespace", NAMESPACE, "--wait"],
+    );
+    manager_pods(&client, 120, "the manager gone", |pods| pods.is_empty()).await;
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    for crd in [
+        "terraformclusters",
+        "terraformmachines",
+        "terraformmachinepools",
+    ] {
+        crds.get(&format!("{crd}.infrastructure.cluster.x-k8s.io"))
+            .await
+            .unwrap();
+    }
+    for name in ["m1", "m2"] {
+        let machine = Api::<TerraformMachine>::namespaced(client.clone(), &tenant.ns)
+            .get(name)
+            .await
+            .unwrap();
+        assert!(machine.metadata.deletion_timestamp.is_none());
+        assert!(!machine.finalizers().is_empty());
+    }
+    assert_eq!(states(&client, &tenant.ns).await, kept);
 }

@@ -8,6 +8,7 @@ pub mod executor;
 pub mod faults;
 pub mod heap;
 pub mod identity;
+pub mod install;
 pub mod manager;
 pub mod owners;
 pub mod refusal;

@@ -147,6 +147,34 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// `image` under `tag` with one more label, so a new digest: a new
+    /// release of the same binaries.
+    pub fn variant(&self, image: &Pushed, tag: &str) -> Pushed {
+        let repository = image
+            .reference
+            .rsplit_once(':')
+            .map_or(image.reference.as_str(), |(r, _)| r);
+        let reference = format!("{repository}:{tag}");
+        let label = format!("io.captf.test.variant={tag}");
+        crane(&[
+            "mutate",
+            &image.reference,
+            "--label",
+            &label,
+            "-t",
+            &reference,
+        ])
+        .unwrap_or_else(|e| panic!("making {reference}: {e}"));
+        let digest =
+            crane(&["digest", &reference]).unwrap_or_else(|e| panic!("digest of {reference}: {e}"));
+        Pushed {
+            reference,
+            digest: digest.trim().to_string(),
+        }
+    }
+}
+
 impl Drop for Registry {
     fn drop(&mut self) {
         terminate(&mut self.child.lock().unwrap_or_else(|e| e.into_inner()));

@@ -149,7 +149,7 @@ pub async fn setup_in(
 
 /// The identity `name` over the Secret `creds` of `ns`, allowing only
 /// `allowed`.
-async fn create_identity(client: &kube::Client, name: &str, ns: &str, allowed: &str) {
+pub async fn create_identity(client: &kube::Client, name: &str, ns: &str, allowed: &str) {
     let id = TerraformClusterIdentity::new(
         name,
         TerraformClusterIdentitySpec {

@@ -91,6 +91,32 @@ pub(super) fn run_as(
     Ok((uid, gid))
 }
 
+/// A volume as a kubelet sets it up for the pod's fsGroup: every file and
+/// folder in the group `group`, readable by it (and writable, for a
+/// writable volume), folders setgid so that new files join the group.
+pub(super) fn own_volume(dir: &Path, group: u32, writable: bool) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut paths = vec![dir.to_path_buf()];
+    while let Some(path) = paths.pop() {
+        let meta = std::fs::symlink_metadata(&path)?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        std::os::unix::fs::lchown(&path, None, Some(group))?;
+        let mode = meta.permissions().mode();
+        let owner_x = mode & 0o100 != 0;
+        let mut add = if writable { 0o060 } else { 0o040 };
+        if meta.is_dir() {
+            add |= 0o2010;
+            paths.extend(std::fs::read_dir(&path)?.flatten().map(|e| e.path()));
+        } else if owner_x {
+            add |= 0o010;
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode | add))?;
+    }
+    Ok(())
+}
+
 /// The number of a container's port, by number or by name.
 fn port_number(container: &Container, port: &IntOrString) -> Option<u16> {
     match port {
@@ -237,7 +263,18 @@ impl PodRun {
             .termination_message_path
             .as_deref()
             .unwrap_or("/dev/termination-log");
-        let jail = Jail::new(network, &self.root, &cwd, Some(user))
+        let groups = spec
+            .security_context
+            .as_ref()
+            .map(|c| {
+                c.fs_group
+                    .into_iter()
+                    .chain(c.supplemental_groups.iter().flatten().copied())
+                    .map(|g| g as u32)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let jail = Jail::new(network, &self.root, &cwd, Some(user), groups)
             .map_err(|e| config(PodError::Unsupported(format!("the container's jail: {e}"))))?;
         Ok(Process {
             container: container.name.clone(),
@@ -472,6 +509,8 @@ pub(super) struct Jail {
     binds: Vec<(CString, CString)>,
     cwd: CString,
     user: Option<(u32, u32)>,
+    /// The supplementary groups: the pod's fsGroup and supplementalGroups.
+    groups: Vec<libc::gid_t>,
 }
 
 impl Jail {
@@ -481,6 +520,7 @@ impl Jail {
         root: &Path,
         cwd: &str,
         user: Option<(u32, u32)>,
+        groups: Vec<u32>,
     ) -> io::Result<Jail> {
         let c = |p: &Path| CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other);
         let mut binds = vec![(c(Path::new("/proc"))?, c(&root.join("proc"))?)];
@@ -496,6 +536,7 @@ impl Jail {
             binds,
             cwd: CString::new(cwd).map_err(io::Error::other)?,
             user,
+            groups,
         })
     }
 
@@ -531,7 +572,7 @@ impl Jail {
             check(libc::chroot(self.root.as_ptr()))?;
             check(libc::chdir(self.cwd.as_ptr()))?;
             if let Some((uid, gid)) = self.user {
-                check(libc::setgroups(0, std::ptr::null()))?;
+                check(libc::setgroups(self.groups.len(), self.groups.as_ptr()))?;
                 check(libc::setgid(gid))?;
                 check(libc::setuid(uid))?;
             }

@@ -209,8 +209,17 @@ impl PodRun {
                     volume: volume.name.clone(),
                     source: Box::new(e),
                 })?;
+            if self.shared.contained
+                && let Some(group) = spec.security_context.as_ref().and_then(|c| c.fs_group)
+            {
+                let writable = volume.empty_dir.is_some();
+                super::contained::own_volume(&dir, group as u32, writable)
+                    .map_err(io_error(&dir))?;
+            }
             for other in paths.iter().skip(1) {
-                link(&dir, other)?;
+                // Relative, so that it holds in a chroot too.
+                let target = relative_to(other, &dir, root);
+                link(&target, other)?;
             }
         }
         let mounted: Vec<PathBuf> = containers
@@ -401,6 +410,17 @@ fn link_tree(from: &Path, root: &Path, mounted: &[PathBuf]) -> Result<(), PodErr
         }
     }
     Ok(())
+}
+
+/// `target` as seen from the folder of `link`, both inside `root`.
+fn relative_to(link: &Path, target: &Path, root: &Path) -> PathBuf {
+    let (Ok(link), Ok(target)) = (link.strip_prefix(root), target.strip_prefix(root)) else {
+        return target.to_path_buf();
+    };
+    let up = link.components().count().saturating_sub(1);
+    let mut relative: PathBuf = std::iter::repeat_n(Component::ParentDir, up).collect();
+    relative.push(target);
+    relative
 }
 
 /// `link` names `target` (replacing what was there).
