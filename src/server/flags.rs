@@ -35,7 +35,7 @@ pub struct Flags {
           default_missing_value = "true", value_parser = parse_go_bool)]
     pub cluster_operation_gate: bool,
 
-    /// Init-container image that contains /runner; empty means $CAPTF_MANAGER_IMAGE.
+    /// Init-container image that contains /runner; empty means $CAPTF_MANAGER_IMAGE, else the manager's own image.
     #[arg(long, env = "CAPTF_RUNNER_IMAGE", default_value = "")]
     pub runner_image: String,
 
@@ -187,7 +187,8 @@ impl Flags {
     }
 
     /// Checks the combinations and resolves `--runner-image` from
-    /// `manager_image` (the value of `$CAPTF_MANAGER_IMAGE`) when unset.
+    /// `manager_image` (the value of `$CAPTF_MANAGER_IMAGE`, else the image
+    /// of the manager's own container) when unset.
     pub fn resolve(mut self, manager_image: Option<String>) -> Result<Self, FlagError> {
         if self.runner_image.is_empty() {
             self.runner_image = manager_image.unwrap_or_default();
@@ -195,7 +196,7 @@ impl Flags {
         if self.runner_image.is_empty() {
             return Err(invalid(
                 "runner-image",
-                "no runner image: set --runner-image or $CAPTF_MANAGER_IMAGE",
+                "no runner image: set --runner-image or $CAPTF_MANAGER_IMAGE (outside a pod whose image can be read)",
             ));
         }
         if let Err(e) = ImageRef::parse(&self.runner_image) {

@@ -32,15 +32,46 @@ pub struct Runtime {
     shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
+/// The image of the manager's own container, read from its pod
+/// (`$POD_NAMESPACE`/`$POD_NAME`, the downward API): its only container, or
+/// the one named `manager`. None outside a pod or when the read fails.
+async fn own_image(client: &kube::Client) -> Option<String> {
+    let (namespace, name) = (
+        std::env::var("POD_NAMESPACE").ok()?,
+        std::env::var("POD_NAME").ok()?,
+    );
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), &namespace);
+    let pod = match pods.get(&name).await {
+        Ok(pod) => pod,
+        Err(e) => {
+            tracing::warn!("reading this manager's pod {namespace}/{name} for its image: {e}");
+            return None;
+        }
+    };
+    let containers = pod.spec?.containers;
+    let own = match containers.as_slice() {
+        [only] => only,
+        many => many.iter().find(|c| c.name == "manager")?,
+    };
+    own.image.clone()
+}
+
 impl Runtime {
-    /// Resolves the flags (`$CAPTF_MANAGER_IMAGE` is the default runner
-    /// image), builds the client and starts the listeners. The signal
-    /// handlers come first, so that a signal during start-up is not lost.
+    /// Builds the client, resolves the flags (the default runner image is
+    /// `$CAPTF_MANAGER_IMAGE`, else the manager's own image) and starts the
+    /// listeners. The signal handlers come first, so that a signal during
+    /// start-up is not lost.
     pub async fn build(flags: Flags) -> Result<Self, ServerError> {
         let shutdown = Box::pin(super::shutdown_signal()?);
-        let flags = flags.resolve(std::env::var("CAPTF_MANAGER_IMAGE").ok())?;
         let metrics = Arc::new(Metrics::new());
         let client = super::kube_client(flags.kubeconfig.as_deref(), metrics.clone()).await?;
+        let manager_image = match std::env::var("CAPTF_MANAGER_IMAGE") {
+            Ok(image) => Some(image),
+            Err(_) if flags.runner_image.is_empty() => own_image(&client).await,
+            Err(_) => None,
+        };
+        let flags = flags.resolve(manager_image)?;
         // A standby (leader election on, not leading) runs no watches: it is
         // ready once its webhooks serve, and the watches gate is added when it
         // starts to lead.
