@@ -54,15 +54,21 @@ fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 }
 
 fn rendered() -> Vec<Value> {
+    rendered_with(&[])
+}
+
+fn rendered_with(extra: &[&str]) -> Vec<Value> {
     let chart = Path::new(ROOT).join("charts/captf");
-    documents(&helm(&[
+    let mut args = vec![
         "template",
         "captf",
         chart.to_str().unwrap(),
         "--namespace",
         "captf-system",
         "--include-crds",
-    ]))
+    ];
+    args.extend(extra);
+    documents(&helm(&args))
 }
 
 #[test]
@@ -114,6 +120,32 @@ fn chart_lints_and_says_what_config_says() {
         .filter(|d| d["kind"] == "CustomResourceDefinition")
         .count();
     assert_eq!(crds, 7);
+
+    // Without cert-manager: the init container's role and its container,
+    // as config/selfsigned has them.
+    let self_signed = rendered_with(&["--set", "certManager.enabled=false"]);
+    let role = config("config/selfsigned/role.yaml");
+    assert_eq!(
+        find(&self_signed, "ClusterRole", "captf-webhook-certs-role")["rules"],
+        find(&role, "ClusterRole", "captf-webhook-certs-role")["rules"]
+    );
+    assert!(
+        docs.iter()
+            .all(|d| d["metadata"]["name"] != "captf-webhook-certs-role")
+    );
+    let patch = config("config/selfsigned/manager_patch.yaml");
+    let init = |docs: &[Value]| {
+        let spec =
+            &find(docs, "Deployment", "captf-controller-manager")["spec"]["template"]["spec"];
+        let certs = spec["initContainers"][0].clone();
+        (
+            certs["name"].clone(),
+            certs["args"].clone(),
+            certs["volumeMounts"].clone(),
+            certs["env"].clone(),
+        )
+    };
+    assert_eq!(init(&self_signed), init(&patch));
 }
 
 #[tokio::test]

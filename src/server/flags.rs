@@ -186,9 +186,9 @@ impl Flags {
         Self::parse_from(normalize_args(std::env::args_os()))
     }
 
-    /// Checks the combinations and resolves `--runner-image` from
-    /// `manager_image` (the value of `$CAPTF_MANAGER_IMAGE`, else the image
-    /// of the manager's own container) when unset.
+    /// Resolves `--runner-image` from `manager_image` (the value of
+    /// `$CAPTF_MANAGER_IMAGE`, else the image of the manager's own
+    /// container) when unset, and checks the combinations.
     pub fn resolve(mut self, manager_image: Option<String>) -> Result<Self, FlagError> {
         if self.runner_image.is_empty() {
             self.runner_image = manager_image.unwrap_or_default();
@@ -205,6 +205,13 @@ impl Flags {
                 format!("{:?} {e}", self.runner_image),
             ));
         }
+        self.check()?;
+        Ok(self)
+    }
+
+    /// Checks the combinations of every flag but `--runner-image`, which
+    /// may need the API server to resolve.
+    pub fn check(&self) -> Result<(), FlagError> {
         if !self.namespace.is_empty() && !is_dns1123_label(&self.namespace) {
             return Err(invalid(
                 "namespace",
@@ -278,7 +285,7 @@ impl Flags {
                 }
             }
         }
-        Ok(self)
+        Ok(())
     }
 
     pub fn health_addr(&self) -> Result<SocketAddr, FlagError> {

@@ -64,6 +64,8 @@ impl Runtime {
     /// start-up is not lost.
     pub async fn build(flags: Flags) -> Result<Self, ServerError> {
         let shutdown = Box::pin(super::shutdown_signal()?);
+        // A bad combination is told before anything connects.
+        flags.check()?;
         let metrics = Arc::new(Metrics::new());
         let client = super::kube_client(flags.kubeconfig.as_deref(), metrics.clone()).await?;
         let manager_image = match std::env::var("CAPTF_MANAGER_IMAGE") {
