@@ -6,10 +6,10 @@
 //! losing a reconcile; `helm uninstall` leaves the CRDs and the state.
 
 use captf::api::{TerraformCluster, TerraformMachine};
-use captf_testkit::controlplane;
 use captf_testkit::install::{NAMESPACE, Tenant, manager_pods, ready, run, webhook_refusal};
 use captf_testkit::registry::{self, MANAGER as MANAGER_IMAGE, NOOP_MODULE, TAG};
 use captf_testkit::{Executor, scenario::images};
+use captf_testkit::{controlplane, identity};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -108,6 +108,16 @@ async fn helm_installs_upgrades_and_uninstalls_a_working_captf() {
     }
 
     let tenant = Tenant::new(&client, "helm").await;
+    // The account the pod runs as may do what the reviewed allow-list says:
+    // the manager's, and the init container's two webhook configurations.
+    let account =
+        identity::account_kubeconfig(plane, NAMESPACE, "captf-controller-manager").unwrap();
+    let in_tenant = identity::rules(&account, &tenant.ns);
+    let own = identity::rules(&account, NAMESPACE);
+    identity::check_allowed(
+        "manager-self-signed.txt",
+        &format!("# in a tenant namespace\n{in_tenant}# in {NAMESPACE}\n{own}"),
+    );
     let refusal = webhook_refusal(&client, &tenant.ns).await;
     assert!(refusal.contains("spec.source.image"), "{refusal}");
 

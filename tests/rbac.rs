@@ -6,53 +6,13 @@
 //! as that account, so a rule it lacks fails them.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 use captf::jobs::rbac;
 use captf_testkit::controlplane;
-use captf_testkit::identity::{self, kubectl};
+use captf_testkit::identity::{self, check_allowed, rules};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::api::{Api, PostParams};
-
-/// `kubectl auth can-i --list` for `kubeconfig` in `namespace`, one rule
-/// per line, columns separated by " | " (the table pads them with runs of
-/// spaces; a verb list has single spaces inside its brackets).
-fn rules(kubeconfig: &Path, namespace: &str) -> String {
-    let table = kubectl(kubeconfig, &["auth", "can-i", "--list", "-n", namespace])
-        .unwrap_or_else(|e| panic!("{e}"));
-    let mut lines: Vec<String> = table
-        .lines()
-        .skip(1)
-        .map(|line| {
-            line.split("  ")
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .collect::<Vec<_>>()
-                .join(" | ")
-        })
-        .filter(|l| !l.is_empty())
-        .collect();
-    lines.sort();
-    lines.join("\n") + "\n"
-}
-
-fn check(name: &str, got: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden/rbac")
-        .join(name);
-    if std::env::var_os("CAPTF_UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, got).unwrap();
-        return;
-    }
-    let want = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        want == got,
-        "{} differs from what the account may do (CAPTF_UPDATE_GOLDEN=1 rewrites it once reviewed):\n--- allowed\n{want}\n--- now\n{got}",
-        path.display()
-    );
-}
 
 #[tokio::test]
 async fn the_manager_account_may_do_what_its_allow_list_says() {
@@ -61,7 +21,7 @@ async fn the_manager_account_may_do_what_its_allow_list_says() {
     let ns = captf_testkit::namespace(&plane.client().await, "rbac-manager").await;
     let tenant = rules(kubeconfig, &ns);
     let own = rules(kubeconfig, identity::NAMESPACE);
-    check(
+    check_allowed(
         "manager.txt",
         &format!(
             "# in a tenant namespace\n{tenant}# in {}\n{own}",
@@ -92,7 +52,7 @@ async fn a_runner_account_may_do_what_its_allow_list_says() {
     // What it may do in its namespace, and in another.
     let own = rules(&kubeconfig, &ns);
     let other = rules(&kubeconfig, "default");
-    check(
+    check_allowed(
         "runner.txt",
         &format!("# in its namespace\n{own}# in another namespace\n{other}"),
     );

@@ -110,3 +110,44 @@ current-context: {user}
 "
     )
 }
+
+/// `kubectl auth can-i --list` for `kubeconfig` in `namespace`, one rule
+/// per line, columns separated by " | " (the table pads them with runs of
+/// spaces; a verb list has single spaces inside its brackets).
+pub fn rules(kubeconfig: &Path, namespace: &str) -> String {
+    let table = kubectl(kubeconfig, &["auth", "can-i", "--list", "-n", namespace])
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut lines: Vec<String> = table
+        .lines()
+        .skip(1)
+        .map(|line| {
+            line.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines.sort();
+    lines.join("\n") + "\n"
+}
+
+/// Holds `got` to the allow-list `tests/golden/rbac/<name>`
+/// (`CAPTF_UPDATE_GOLDEN=1` rewrites it).
+pub fn check_allowed(name: &str, got: &str) {
+    let path = repo().join("tests/golden/rbac").join(name);
+    if std::env::var_os("CAPTF_UPDATE_GOLDEN").is_some() {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("creating tests/golden/rbac");
+        }
+        std::fs::write(&path, got).expect("writing an allow-list");
+        return;
+    }
+    let want = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        want == got,
+        "{} differs from what the account may do (CAPTF_UPDATE_GOLDEN=1 rewrites it once reviewed):\n--- allowed\n{want}\n--- now\n{got}",
+        path.display()
+    );
+}
