@@ -13,7 +13,8 @@ RUN CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS="-C target-feature=+crt-stat
  && cd target/x86_64-unknown-linux-gnu/release \
  && strip --strip-debug captf-manager captf-runner
 
-FROM scratch AS runner
+# What both images share: their labels and their user.
+FROM scratch AS base
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG SOURCE=https://github.com/captf-io/captf
@@ -21,20 +22,14 @@ LABEL org.opencontainers.image.source=$SOURCE \
       org.opencontainers.image.revision=$REVISION \
       org.opencontainers.image.version=$VERSION \
       org.opencontainers.image.licenses=Apache-2.0
-COPY --from=build /src/target/x86_64-unknown-linux-gnu/release/captf-runner /runner
 USER 65532:65532
+
+FROM base AS runner
+COPY --from=build /src/target/x86_64-unknown-linux-gnu/release/captf-runner /runner
 ENTRYPOINT ["/runner"]
 
-FROM scratch AS manager
-ARG VERSION=0.1.0
-ARG REVISION=unknown
-ARG SOURCE=https://github.com/captf-io/captf
-LABEL org.opencontainers.image.source=$SOURCE \
-      org.opencontainers.image.revision=$REVISION \
-      org.opencontainers.image.version=$VERSION \
-      org.opencontainers.image.licenses=Apache-2.0
+FROM base AS manager
 COPY --from=build /src/target/x86_64-unknown-linux-gnu/release/captf-manager /manager
-# The manager's default runner image is its own (CAPTF_MANAGER_IMAGE).
+# The manager's default runner image is its own.
 COPY --from=build /src/target/x86_64-unknown-linux-gnu/release/captf-runner /runner
-USER 65532:65532
 ENTRYPOINT ["/manager"]

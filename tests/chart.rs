@@ -3,9 +3,8 @@
 //! object it renders (server-side dry run).
 
 use std::path::Path;
-use std::process::Command;
 
-use captf_testkit::controlplane::{self, binary};
+use captf_testkit::controlplane;
 use captf_testkit::manager::install_crds;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
@@ -14,25 +13,7 @@ use serde_json::Value;
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 
 fn helm(args: &[&str]) -> String {
-    let out = Command::new(binary("helm"))
-        .args(args)
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("captf-helm-cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("captf-helm-config"),
-        )
-        .output()
-        .expect("running helm");
-    assert!(
-        out.status.success(),
-        "helm {args:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    captf_testkit::install::tool("helm", args)
 }
 
 fn documents(yaml: &str) -> Vec<Value> {

@@ -91,28 +91,43 @@ fn files(dir: &Path) -> Vec<String> {
 }
 
 /// What the `Dockerfile`'s stage `stage` puts in its image: the files it
-/// copies in, its USER and its ENTRYPOINT.
+/// copies in, its USER and its ENTRYPOINT, with what it takes from the
+/// stage it starts from.
 fn dockerfile_stage(stage: &str) -> (Vec<String>, String, Value) {
     let text = std::fs::read_to_string("Dockerfile").unwrap();
+    let mut from = None;
     let mut current = None;
     let (mut files, mut user, mut entrypoint) = (Vec::new(), String::new(), Value::Null);
     for line in text.lines() {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
-            ["FROM", .., "AS", name] => current = Some(*name),
+            ["FROM", base, "AS", name] => {
+                current = Some(*name);
+                if *name == stage {
+                    from = Some(base.to_string());
+                }
+            }
             _ if current != Some(stage) => {}
             ["COPY", .., to] => files.push(to.trim_start_matches('/').to_string()),
             ["USER", u] => user = u.to_string(),
             ["ENTRYPOINT", ..] => {
                 entrypoint = serde_json::from_str(line.trim_start_matches("ENTRYPOINT")).unwrap()
             }
-            ["ARG", arg] if arg.starts_with("VERSION=") => {
-                assert_eq!(arg, &format!("VERSION={}", env!("CARGO_PKG_VERSION")));
-            }
             _ => {}
         }
     }
     files.sort();
+    if let Some(base) = from.filter(|b| text.contains(&format!(" AS {b}\n"))) {
+        let (base_files, base_user, base_entrypoint) = dockerfile_stage(&base);
+        files.extend(base_files);
+        files.sort();
+        if user.is_empty() {
+            user = base_user;
+        }
+        if entrypoint.is_null() {
+            entrypoint = base_entrypoint;
+        }
+    }
     (files, user, entrypoint)
 }
 
@@ -120,6 +135,12 @@ fn dockerfile_stage(stage: &str) -> (Vec<String>, String, Value) {
 fn each_image_holds_its_static_binaries_runs_as_65532_and_carries_its_labels() {
     // The probe tells: this test binary is linked dynamically.
     assert!(!is_static(&std::env::current_exe().unwrap()));
+    let version = format!("ARG VERSION={}\n", env!("CARGO_PKG_VERSION"));
+    assert!(
+        std::fs::read_to_string("Dockerfile")
+            .unwrap()
+            .contains(&version)
+    );
     let registry = registry::shared();
     let module_files: Vec<String> = files(Path::new("tests/modules/noop"))
         .into_iter()

@@ -6,10 +6,12 @@
 //! losing a reconcile; `helm uninstall` leaves the CRDs and the state.
 
 use captf::api::{TerraformCluster, TerraformMachine};
-use captf_testkit::install::{NAMESPACE, Tenant, manager_pods, ready, run, webhook_refusal};
-use captf_testkit::registry::{self, MANAGER as MANAGER_IMAGE, NOOP_MODULE, TAG};
+use captf_testkit::identity;
+use captf_testkit::install::{
+    NAMESPACE, Prepared, Tenant, manager_pods, ready, run, webhook_refusal,
+};
+use captf_testkit::registry::TAG;
 use captf_testkit::{Executor, scenario::images};
-use captf_testkit::{controlplane, identity};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -47,17 +49,15 @@ async fn states(client: &kube::Client, ns: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn helm_installs_upgrades_and_uninstalls_a_working_captf() {
-    let registry = registry::shared();
-    let manager = registry.push(MANAGER_IMAGE);
-    let module = registry.push(NOOP_MODULE);
-    let plane = controlplane::shared();
-    let client = plane.client().await;
-    // A provider comes after Cluster API's own CRDs.
-    captf_testkit::capi::install_crds(&client).await;
-    let repository = manager
-        .reference
-        .trim_end_matches(&format!(":{TAG}"))
-        .to_string();
+    let prepared = Prepared::new().await;
+    let repository = prepared.manager_repository().to_string();
+    let Prepared {
+        registry,
+        manager,
+        module,
+        plane,
+        client,
+    } = prepared;
     let started = std::time::Instant::now();
     run(
         "helm",

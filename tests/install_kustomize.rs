@@ -9,9 +9,10 @@
 use std::path::{Component, Path, PathBuf};
 
 use captf::api::{TerraformCluster, TerraformMachine};
-use captf_testkit::controlplane;
-use captf_testkit::install::{NAMESPACE, Tenant, manager_pods, ready, run, webhook_refusal};
-use captf_testkit::registry::{self, MANAGER as MANAGER_IMAGE, NOOP_MODULE, TAG};
+use captf_testkit::install::{
+    NAMESPACE, Prepared, Tenant, manager_pods, ready, run, webhook_refusal,
+};
+use captf_testkit::registry::TAG;
 use captf_testkit::{Executor, scenario::images};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -30,18 +31,19 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
 
 #[tokio::test]
 async fn kubectl_apply_k_config_default_brings_up_a_working_captf() {
-    let registry = registry::shared();
-    let manager = registry.push(MANAGER_IMAGE);
-    let module = registry.push(NOOP_MODULE);
-    let plane = controlplane::shared();
-    let client = plane.client().await;
-    captf_testkit::capi::install_crds(&client).await;
+    let prepared = Prepared::new().await;
+    let (manager, module, plane, client) = (
+        &prepared.manager,
+        &prepared.module,
+        prepared.plane,
+        prepared.client.clone(),
+    );
 
     // The user's overlay: config/default with their image. kustomize takes
     // a base only by a relative path.
     let overlay = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let base = relative(overlay.path(), Path::new(DEFAULT));
-    let repository = manager.reference.trim_end_matches(&format!(":{TAG}"));
+    let repository = prepared.manager_repository();
     std::fs::write(
         overlay.path().join("kustomization.yaml"),
         format!(

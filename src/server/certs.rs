@@ -224,38 +224,32 @@ pub async fn run(
     let namespace = std::env::var("POD_NAMESPACE").map_err(|_| CertsError::NoNamespace)?;
     let names = service_names(&args.service, &namespace);
     let pair = kept_pair(&client, &namespace, &args.secret, &names).await?;
-    set_ca_bundle::<ValidatingWebhookConfiguration>(
-        &client,
-        &args.validating_webhook_configuration,
-        &args.service,
-        &namespace,
-        &pair.ca,
-        |c| {
+    let bundle = Bundle {
+        client: &client,
+        service: &args.service,
+        namespace: &namespace,
+        ca: &pair.ca,
+    };
+    bundle
+        .set::<ValidatingWebhookConfiguration>(&args.validating_webhook_configuration, |c| {
             webhooks(
                 c.webhooks
                     .iter()
                     .flatten()
                     .map(|w| (&w.name, &w.client_config)),
             )
-        },
-    )
-    .await?;
-    set_ca_bundle::<MutatingWebhookConfiguration>(
-        &client,
-        &args.mutating_webhook_configuration,
-        &args.service,
-        &namespace,
-        &pair.ca,
-        |c| {
+        })
+        .await?;
+    bundle
+        .set::<MutatingWebhookConfiguration>(&args.mutating_webhook_configuration, |c| {
             webhooks(
                 c.webhooks
                     .iter()
                     .flatten()
                     .map(|w| (&w.name, &w.client_config)),
             )
-        },
-    )
-    .await?;
+        })
+        .await?;
     write_file(&cert_dir.join(cert_name), &pair.cert)?;
     write_file(&cert_dir.join(key_name), &pair.key)?;
     info!(dir = %cert_dir.display(), "serving certificate written");
@@ -337,45 +331,59 @@ async fn kept_pair(
     Err(CertsError::Contended(what))
 }
 
-/// Sets the caBundle of the configuration `name`'s webhooks that call the
-/// Service, retrying when it changed between the read and the patch.
-async fn set_ca_bundle<K>(
-    client: &kube::Client,
-    name: &str,
-    service: &str,
-    namespace: &str,
-    bundle: &[u8],
-    webhooks_of: impl Fn(&K) -> Vec<(String, WebhookClientConfig)>,
-) -> Result<(), CertsError>
-where
-    K: kube::Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned,
-{
-    let configurations: Api<K> = Api::all(client.clone());
-    let what = format!("{} {name}", K::kind(&()));
-    for _ in 0..ATTEMPTS {
-        let configuration = configurations.get(name).await.map_err(api(&what))?;
-        let ops = ca_bundle_patch(&webhooks_of(&configuration), service, namespace, bundle);
-        if ops.is_empty() {
-            return Ok(());
-        }
-        let patch = Patch::<()>::Json(json_patch::Patch(ops));
-        match configurations
-            .patch(name, &PatchParams::default(), &patch)
-            .await
-        {
-            Ok(_) => {
-                info!(configuration = %what, "caBundle set");
+/// The CA to set as the caBundle of the webhooks that call the Service.
+struct Bundle<'a> {
+    client: &'a kube::Client,
+    service: &'a str,
+    namespace: &'a str,
+    ca: &'a [u8],
+}
+
+impl Bundle<'_> {
+    /// Sets it in the configuration `name`, retrying when the
+    /// configuration changed between the read and the patch.
+    async fn set<K>(
+        &self,
+        name: &str,
+        webhooks_of: impl Fn(&K) -> Vec<(String, WebhookClientConfig)>,
+    ) -> Result<(), CertsError>
+    where
+        K: kube::Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned,
+    {
+        let configurations: Api<K> = Api::all(self.client.clone());
+        let what = format!("{} {name}", K::kind(&()));
+        for _ in 0..ATTEMPTS {
+            let configuration = configurations.get(name).await.map_err(api(&what))?;
+            let ops = ca_bundle_patch(
+                &webhooks_of(&configuration),
+                self.service,
+                self.namespace,
+                self.ca,
+            );
+            if ops.is_empty() {
                 return Ok(());
             }
-            // A test failed: the configuration changed; read it again.
-            Err(kube::Error::Api(status)) if status.code == 422 || status.code == 409 => continue,
-            Err(e) => return Err(api(&what)(e)),
+            let patch = Patch::<()>::Json(json_patch::Patch(ops));
+            match configurations
+                .patch(name, &PatchParams::default(), &patch)
+                .await
+            {
+                Ok(_) => {
+                    info!(configuration = %what, "caBundle set");
+                    return Ok(());
+                }
+                // A test failed: the configuration changed; read it again.
+                Err(kube::Error::Api(status)) if status.code == 422 || status.code == 409 => {
+                    continue;
+                }
+                Err(e) => return Err(api(&what)(e)),
+            }
         }
+        Err(CertsError::Contended(what))
     }
-    Err(CertsError::Contended(what))
 }
 
 /// Writes `contents` to `path` through a temporary file, readable by the

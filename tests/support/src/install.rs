@@ -17,7 +17,8 @@ use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 use serde_json::json;
 
 use crate::Executor;
-use crate::controlplane::{self, binary};
+use crate::controlplane::{self, ControlPlane, binary};
+use crate::registry::{self, Pushed, Registry};
 use crate::scenario::{applied, images, labels};
 
 /// The namespace of the install.
@@ -25,13 +26,57 @@ pub const NAMESPACE: &str = "captf-system";
 /// The label of the manager's pods.
 pub const MANAGER_PODS: &str = "control-plane=captf-controller-manager";
 
+/// What every install starts from: the manager and noop module images in
+/// the registry, and the control plane with Cluster API's CRDs (a provider
+/// comes after them).
+pub struct Prepared {
+    pub registry: &'static Registry,
+    pub manager: Pushed,
+    pub module: Pushed,
+    pub plane: &'static ControlPlane,
+    pub client: kube::Client,
+}
+
+impl Prepared {
+    pub async fn new() -> Prepared {
+        let registry = registry::shared();
+        let manager = registry.push(registry::MANAGER);
+        let module = registry.push(registry::NOOP_MODULE);
+        let plane = controlplane::shared();
+        let client = plane.client().await;
+        crate::capi::install_crds(&client).await;
+        Prepared {
+            registry,
+            manager,
+            module,
+            plane,
+            client,
+        }
+    }
+
+    /// The manager image's repository, without its tag.
+    pub fn manager_repository(&self) -> &str {
+        self.manager
+            .reference
+            .rsplit_once(':')
+            .map_or(self.manager.reference.as_str(), |(r, _)| r)
+    }
+}
+
 /// Runs `program` (a pinned tool) against the test control plane as its
 /// admin; panics with its output on failure.
 pub fn run(program: &str, args: &[&str]) -> String {
-    let plane = controlplane::shared();
+    let kubeconfig = format!(
+        "--kubeconfig={}",
+        controlplane::shared().kubeconfig().display()
+    );
+    tool(program, &[args, &[kubeconfig.as_str()]].concat())
+}
+
+/// Runs `program` (a pinned tool); panics with its output on failure.
+pub fn tool(program: &str, args: &[&str]) -> String {
     let out = Command::new(binary(program))
         .args(args)
-        .arg(format!("--kubeconfig={}", plane.kubeconfig().display()))
         .env(
             "HELM_CACHE_HOME",
             std::env::temp_dir().join("captf-helm-cache"),

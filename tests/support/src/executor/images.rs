@@ -121,24 +121,11 @@ fn is_digest(digest: &str) -> bool {
         .is_some_and(|hex| hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// Runs crane and returns its output, or what it said on failure.
-fn crane(args: &[&str]) -> Result<String, String> {
-    let output = std::process::Command::new(crate::controlplane::binary("crane"))
-        .args(args)
-        .arg("--insecure")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| format!("running crane: {e}"))?;
-    if !output.status.success() {
-        return Err(String::from_utf8_lossy(&output.stderr).trim().to_string());
-    }
-    String::from_utf8(output.stdout).map_err(|e| e.to_string())
-}
-
 /// Pulls `<repository>@<digest>` with crane, which checks the manifest,
 /// the config and each layer against their digests, into a folder named by
 /// the digest: the layers applied in order (`crane export`), and the config.
 fn unpack(repository: &str, digest: &str) -> Result<Unpacked, String> {
+    use crate::registry::crane;
     let by_digest = format!("{repository}@{digest}");
     let config: serde_json::Value = serde_json::from_str(&crane(&["config", &by_digest])?)
         .map_err(|e| format!("the config of {by_digest}: {e}"))?;
@@ -366,7 +353,9 @@ impl Images {
         let repo = repository(reference);
         let digest = match reference.split_once('@') {
             Some((_, digest)) => digest.to_string(),
-            None => crane(&["digest", reference])?.trim().to_string(),
+            None => crate::registry::crane(&["digest", reference])?
+                .trim()
+                .to_string(),
         };
         if !is_digest(&digest) {
             return Err(format!("{reference}: {digest:?} is not a sha256 digest"));
