@@ -132,12 +132,7 @@ async fn helm_installs_upgrades_and_uninstalls_a_working_captf() {
         source.image_digest.as_deref(),
         Some(module.by_digest().as_str())
     );
-    let job_pods = Api::<Pod>::namespaced(client.clone(), &tenant.ns)
-        .list(&ListParams::default().labels("captf.io/managed=true"))
-        .await
-        .unwrap();
-    assert!(!job_pods.items.is_empty());
-    for pod in &job_pods.items {
+    for pod in &tenant.job_pods().await {
         assert_eq!(
             image_ids(pod),
             (vec![manager.by_digest()], vec![module.by_digest()])

@@ -14,8 +14,6 @@ use captf_testkit::install::{
 };
 use captf_testkit::registry::TAG;
 use captf_testkit::{Executor, scenario::images};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 
 const DEFAULT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/config/default");
 
@@ -81,12 +79,7 @@ async fn kubectl_apply_k_config_default_brings_up_a_working_captf() {
     tenant.machine("m1", "c", &module.reference).await;
     tenant.applied::<TerraformCluster>("c", 240).await;
     tenant.applied::<TerraformMachine>("m1", 240).await;
-    let job_pods = Api::<Pod>::namespaced(client.clone(), &tenant.ns)
-        .list(&ListParams::default().labels("captf.io/managed=true"))
-        .await
-        .unwrap();
-    assert!(!job_pods.items.is_empty());
-    for pod in &job_pods.items {
+    for pod in &tenant.job_pods().await {
         let status = pod.status.clone().unwrap_or_default();
         let runner = status.init_container_statuses.unwrap_or_default();
         assert_eq!(

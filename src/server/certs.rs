@@ -231,24 +231,10 @@ pub async fn run(
         ca: &pair.ca,
     };
     bundle
-        .set::<ValidatingWebhookConfiguration>(&args.validating_webhook_configuration, |c| {
-            webhooks(
-                c.webhooks
-                    .iter()
-                    .flatten()
-                    .map(|w| (&w.name, &w.client_config)),
-            )
-        })
+        .set::<ValidatingWebhookConfiguration>(&args.validating_webhook_configuration)
         .await?;
     bundle
-        .set::<MutatingWebhookConfiguration>(&args.mutating_webhook_configuration, |c| {
-            webhooks(
-                c.webhooks
-                    .iter()
-                    .flatten()
-                    .map(|w| (&w.name, &w.client_config)),
-            )
-        })
+        .set::<MutatingWebhookConfiguration>(&args.mutating_webhook_configuration)
         .await?;
     write_file(&cert_dir.join(cert_name), &pair.cert)?;
     write_file(&cert_dir.join(key_name), &pair.key)?;
@@ -256,10 +242,27 @@ pub async fn run(
     Ok(())
 }
 
-fn webhooks<'a>(
-    items: impl Iterator<Item = (&'a String, &'a WebhookClientConfig)>,
-) -> Vec<(String, WebhookClientConfig)> {
-    items.map(|(n, c)| (n.clone(), c.clone())).collect()
+/// A webhook configuration's webhooks, as (name, client config).
+trait Webhooks {
+    fn client_configs(&self) -> Vec<(String, WebhookClientConfig)>;
+}
+
+impl Webhooks for ValidatingWebhookConfiguration {
+    fn client_configs(&self) -> Vec<(String, WebhookClientConfig)> {
+        let webhooks = self.webhooks.iter().flatten();
+        webhooks
+            .map(|w| (w.name.clone(), w.client_config.clone()))
+            .collect()
+    }
+}
+
+impl Webhooks for MutatingWebhookConfiguration {
+    fn client_configs(&self) -> Vec<(String, WebhookClientConfig)> {
+        let webhooks = self.webhooks.iter().flatten();
+        webhooks
+            .map(|w| (w.name.clone(), w.client_config.clone()))
+            .collect()
+    }
 }
 
 /// The pair of the Secret, issued (and the Secret created or replaced) when
@@ -342,13 +345,10 @@ struct Bundle<'a> {
 impl Bundle<'_> {
     /// Sets it in the configuration `name`, retrying when the
     /// configuration changed between the read and the patch.
-    async fn set<K>(
-        &self,
-        name: &str,
-        webhooks_of: impl Fn(&K) -> Vec<(String, WebhookClientConfig)>,
-    ) -> Result<(), CertsError>
+    async fn set<K>(&self, name: &str) -> Result<(), CertsError>
     where
-        K: kube::Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
+        K: Webhooks
+            + kube::Resource<Scope = kube::core::ClusterResourceScope, DynamicType = ()>
             + Clone
             + std::fmt::Debug
             + serde::de::DeserializeOwned,
@@ -358,7 +358,7 @@ impl Bundle<'_> {
         for _ in 0..ATTEMPTS {
             let configuration = configurations.get(name).await.map_err(api(&what))?;
             let ops = ca_bundle_patch(
-                &webhooks_of(&configuration),
+                &configuration.client_configs(),
                 self.service,
                 self.namespace,
                 self.ca,

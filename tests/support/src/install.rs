@@ -252,6 +252,17 @@ impl Tenant {
             .expect("creating a TerraformMachine");
     }
 
+    /// The pods of the Jobs run so far: at least one.
+    pub async fn job_pods(&self) -> Vec<Pod> {
+        let pods = Api::<Pod>::namespaced(self.client.clone(), &self.ns)
+            .list(&ListParams::default().labels("captf.io/managed=true"))
+            .await
+            .expect("listing the Jobs' pods")
+            .items;
+        assert!(!pods.is_empty(), "no Job ran in {}", self.ns);
+        pods
+    }
+
     /// The status of the object `name` once applied; panics with what it
     /// says after `secs`.
     pub async fn applied<K: Workload>(&self, name: &str, secs: u64) -> WorkspaceStatus {
