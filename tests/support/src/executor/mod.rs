@@ -18,10 +18,16 @@
 //! and, where the kernel allows it, in a UTS namespace whose hostname is the
 //! pod's, so that a state lock's `Who` names the pod as in a cluster.
 //!
+//! Images of a test registry are pulled by reference and unpacked
+//! (`images.rs`); a contained executor ([`Executor::start_contained`]) runs
+//! every pod of its namespace as in a container instead, chrooted, with a
+//! network and a pod IP of its own (`contained.rs`): the manager's own
+//! Deployment and the Jobs it starts once installed.
+//!
 //! Not modelled: `$(VAR)` expansion, subPath mounts, read-only mounts, more
-//! than one main container, image entrypoints (a container needs a command),
-//! resource limits (see [`Executor::kill_oom`]) and the
-//! FallbackToLogsOnError message policy (read as File).
+//! than one main container, resource limits (see [`Executor::kill_oom`]),
+//! liveness and non-HTTP probes, and the FallbackToLogsOnError message
+//! policy (read as File).
 
 mod contained;
 mod env;
