@@ -114,6 +114,8 @@ pub enum Error {
     Mirror(String),
     #[error("the object has no {0}")]
     MissingMetadata(&'static str),
+    #[error("the object changed since this pass read it; it is read again")]
+    Stale,
     #[error("encoding the status: {0}")]
     Encode(#[source] serde_json::Error),
 }
@@ -131,7 +133,7 @@ impl Categorized for Error {
             Error::Durable(e) => e.category(),
             Error::PlanSecrets(e) => e.category(),
             // A conflict with another object's write, mostly: read again.
-            Error::Mirror(_) => Category::Transient,
+            Error::Mirror(_) | Error::Stale => Category::Transient,
             Error::MissingMetadata(_) | Error::Encode(_) => Category::Invalid,
         }
     }
@@ -148,6 +150,11 @@ fn watch_config(settings: &Settings) -> watcher::Config {
 }
 
 fn error_policy<K: Workload>(_obj: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
+    if let Error::Stale = error {
+        // Expected now and then: the cache catches up within moments.
+        debug!(kind = K::KIND.kind(), "{error}");
+        return Action::requeue(Duration::from_secs(1));
+    }
     warn!(kind = K::KIND.kind(), "reconcile failed: {error}");
     match error.category() {
         Category::Transient => Action::requeue(Duration::from_secs(5)),

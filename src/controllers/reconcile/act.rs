@@ -20,6 +20,7 @@ use super::finalizer::{delete_if_present, release_finalizer};
 use super::launch::{self, Launched};
 use super::plan::{Count, Note, Plan, Requeue, Write};
 use super::record::record;
+use super::version::{Version, stale};
 use super::{Object, finish};
 use crate::capi::autoscaling::{self, WriteBack};
 use crate::capi::objects::{Machine, MachinePool};
@@ -59,6 +60,7 @@ pub async fn act<K: Workload>(
 ) -> Result<Action, Error> {
     let mut failure = None;
     let mut backup_failed = false;
+    let mut version = Version::read(obj);
     for write in std::mem::take(&mut plan.writes) {
         if backup_failed && matches!(write, Write::PruneBackups { .. }) {
             // Pruned against a set that was not written: next pass.
@@ -69,7 +71,7 @@ pub async fn act<K: Workload>(
                 backup(ctx, obj, o, &mut plan, set, observed, &mut backup_failed).await;
                 Ok(Flow::Continue)
             }
-            write => perform(ctx, obj, o, &mut plan, write).await,
+            write => perform(ctx, obj, o, &mut plan, &mut version, write).await,
         };
         match outcome {
             Ok(Flow::Continue) => {}
@@ -99,7 +101,7 @@ pub async fn act<K: Workload>(
     let started = finish(&mut plan, K::KIND, deleting);
     // A status the object already has costs no write.
     if obj.workspace_status() != Some(&plan.draft.status) || obj.kind_status() != plan.kind_status {
-        apply_status::<K>(ctx, o, &plan).await?;
+        apply_status::<K>(ctx, o, &plan, &version).await?;
     }
     observe_metrics::<K>(ctx, o, &plan);
     for t in &plan.draft.transitions {
@@ -208,6 +210,7 @@ async fn perform<K: Workload>(
     obj: &K,
     o: &Object,
     plan: &mut Plan,
+    version: &mut Version,
     write: Write,
 ) -> Result<Flow, Error> {
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace);
@@ -264,18 +267,10 @@ async fn perform<K: Workload>(
                 .await
                 .map_err(Error::Kube)?
         }
-        Write::Patch(patch) => {
-            Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
-                .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(Error::Kube)?;
-        }
+        Write::Patch(patch) => version.patch::<K>(ctx, o, patch).await?,
         Write::Annotate { key, value } => {
             let patch = json!({"metadata": {"annotations": {key: value}}});
-            Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
-                .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(Error::Kube)?;
+            version.patch::<K>(ctx, o, patch).await?;
         }
         Write::RemediateMachine { machine, reason } => {
             let patch = json!({"metadata": {"annotations": {
@@ -292,21 +287,12 @@ async fn perform<K: Workload>(
         }
         Write::Unannotate { key } => {
             let patch = json!({"metadata": {"annotations": {key: null}}});
-            Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
-                .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(Error::Kube)?;
+            version.patch::<K>(ctx, o, patch).await?;
         }
         Write::RemoveRestoreRequest { serial } => {
             debug!(%serial, "the restore request is answered");
-            let patch = json!({"metadata": {
-                "annotations": {RESTORE_STATE: null},
-                "resourceVersion": obj.meta().resource_version,
-            }});
-            Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
-                .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(Error::Kube)?;
+            let patch = json!({"metadata": {"annotations": {RESTORE_STATE: null}}});
+            version.patch::<K>(ctx, o, patch).await?;
         }
         Write::ReleaseLeases { job, namespace } => {
             let api = Api::<Lease>::namespaced(ctx.client.clone(), &namespace);
@@ -332,7 +318,7 @@ async fn perform<K: Workload>(
         }
         Write::Start(start) => {
             return Ok(
-                match launch::launch(ctx, obj, o, &mut plan.draft, *start).await? {
+                match launch::launch(ctx, obj, o, &mut plan.draft, version, *start).await? {
                     Launched::Started => Flow::Continue,
                     Launched::Waiting { recheck } => Flow::Wait(recheck),
                 },
@@ -444,7 +430,13 @@ fn observe_metrics<K: Workload>(ctx: &Context, o: &Object, plan: &Plan) {
 
 /// The whole computed status, applied server-side: what this pass no
 /// longer sets is removed.
-async fn apply_status<K: Workload>(ctx: &Context, o: &Object, plan: &Plan) -> Result<(), Error> {
+/// Conditioned on the version the pass built on.
+async fn apply_status<K: Workload>(
+    ctx: &Context,
+    o: &Object,
+    plan: &Plan,
+    version: &Version,
+) -> Result<(), Error> {
     let mut status = serde_json::to_value(&plan.draft.status).map_err(Error::Encode)?;
     if let Some(fields) = status.as_object_mut() {
         fields.extend(plan.kind_status.clone());
@@ -452,6 +444,7 @@ async fn apply_status<K: Workload>(ctx: &Context, o: &Object, plan: &Plan) -> Re
     let patch = json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
+        "metadata": {"resourceVersion": version.get()},
         "status": status,
     });
     Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
@@ -461,7 +454,7 @@ async fn apply_status<K: Workload>(ctx: &Context, o: &Object, plan: &Plan) -> Re
             &Patch::Apply(&patch),
         )
         .await
-        .map_err(Error::Kube)?;
+        .map_err(stale)?;
     Ok(())
 }
 

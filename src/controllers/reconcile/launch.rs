@@ -11,13 +11,14 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use tracing::{info, warn};
 
 use super::Object;
 use super::has_annotation;
 use super::plan::{Draft, Note, Start};
 use super::record::record;
+use super::version::Version;
 use crate::api::ActiveJob;
 use crate::controllers::conditions::{Cond, RUNNER_RBAC_READY, Status};
 use crate::controllers::workload::Workload;
@@ -80,6 +81,7 @@ pub async fn launch<K: Workload>(
     obj: &K,
     o: &Object,
     draft: &mut Draft,
+    version: &mut Version,
     start: Start,
 ) -> Result<Launched, Error> {
     let ready = match &start.away {
@@ -204,12 +206,10 @@ pub async fn launch<K: Workload>(
     // carries the object away from a running Job (ref §8.1 step 11).
     if !has_annotation(obj, BLOCK_MOVE) {
         let patch = serde_json::json!({"metadata": {"annotations": {BLOCK_MOVE: "true"}}});
-        let patched = Api::<K>::namespaced(ctx.client.clone(), &o.namespace)
-            .patch(&o.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await;
+        let patched = version.patch::<K>(ctx, o, patch).await;
         if let Err(e) = patched {
             release(ctx, o, &start, &job_name).await?;
-            return Err(Error::Kube(e));
+            return Err(e);
         }
     }
     if start.saves_plan {

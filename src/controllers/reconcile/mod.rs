@@ -28,6 +28,7 @@ mod record;
 mod remediate;
 mod settle;
 mod start;
+mod version;
 
 pub use launch::UndoneStarts;
 
