@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the test platform from upstream sources through the Go module proxy:
 # kube-apiserver, kube-controller-manager and kubectl (k8s.io/kubernetes), etcd,
-# tofu, helm, the Cluster API core manager and clusterctl, promtool, and crane
-# (which also serves the tests' registry), into
+# tofu, helm, the Cluster API core, kubeadm bootstrap and kubeadm control plane
+# managers and clusterctl, cert-manager's controller, cainjector and webhook
+# (cert-manager/), promtool, and crane (which also serves the tests'
+# registry), into
 # $CAPTF_CACHE_DIR/bin/<name>-<version> (default ~/.cache/captf), outside the
 # repository. What is already there is skipped,
 # so a second run is instant. Prints what it builds and how long each took.
@@ -94,10 +96,15 @@ else
 fi
 
 CAPI="v$CLUSTER_API_VERSION"
-if [ -x "$BIN/capi-manager-$CAPI" ] && [ -x "$BIN/clusterctl-$CAPI" ]; then
-  echo "build: capi-manager and clusterctl $CAPI cached"
+# The core manager, clusterctl, and the kubeadm bootstrap and control plane
+# managers that `clusterctl init` installs beside the core by default.
+capi_bins=(capi-manager clusterctl capi-kubeadm-bootstrap-manager capi-kubeadm-control-plane-manager)
+capi_cached=true
+for b in "${capi_bins[@]}"; do [ -x "$BIN/$b-$CAPI" ] || capi_cached=false; done
+if $capi_cached; then
+  echo "build: ${capi_bins[*]} $CAPI cached"
 else
-  echo "build: capi-manager and clusterctl $CAPI from sigs.k8s.io/cluster-api ..."
+  echo "build: ${capi_bins[*]} $CAPI from sigs.k8s.io/cluster-api ..."
   t=$(date +%s)
   # Its go.mod replaces sigs.k8s.io/cluster-api/api with ./api, a module of its
   # own: build in a writable copy with that module copied in beside it.
@@ -112,10 +119,31 @@ else
     -X sigs.k8s.io/cluster-api/version.gitMajor=1 -X sigs.k8s.io/cluster-api/version.gitMinor=$minor \
     -X sigs.k8s.io/cluster-api/version.gitTreeState=clean"
   (cd "$TMP/capi" && go build -trimpath -ldflags "$ldflags" -o "$TMP/capi-manager" ./core \
-    && go build -trimpath -ldflags "$ldflags" -o "$TMP/clusterctl" ./cmd/clusterctl)
-  mv "$TMP/capi-manager" "$BIN/capi-manager-$CAPI"
-  mv "$TMP/clusterctl" "$BIN/clusterctl-$CAPI"
-  echo "build: capi-manager and clusterctl $CAPI built in $(elapsed "$t")"
+    && go build -trimpath -ldflags "$ldflags" -o "$TMP/clusterctl" ./cmd/clusterctl \
+    && go build -trimpath -ldflags "$ldflags" -o "$TMP/capi-kubeadm-bootstrap-manager" ./bootstrap/kubeadm \
+    && go build -trimpath -ldflags "$ldflags" -o "$TMP/capi-kubeadm-control-plane-manager" ./controlplane/kubeadm)
+  for b in "${capi_bins[@]}"; do mv "$TMP/$b" "$BIN/$b-$CAPI"; done
+  echo "build: ${capi_bins[*]} $CAPI built in $(elapsed "$t")"
+fi
+
+# cert-manager's controller, cainjector and webhook, which `clusterctl init`
+# installs first. Its cmd/* modules are not served by the Go module proxy:
+# cert-manager/ wires the same binaries out of the main module's packages
+# (its README says what differs).
+CM="v$CERT_MANAGER_VERSION"
+cm_bins=(controller cainjector webhook)
+cm_cached=true
+for b in "${cm_bins[@]}"; do [ -x "$BIN/cert-manager-$b-$CM" ] || cm_cached=false; done
+if $cm_cached; then
+  echo "build: cert-manager ${cm_bins[*]} $CM cached"
+else
+  echo "build: cert-manager ${cm_bins[*]} $CM from github.com/cert-manager/cert-manager ..."
+  t=$(date +%s)
+  for b in "${cm_bins[@]}"; do
+    (cd "$HERE/cert-manager" && go build -trimpath -ldflags "-s -w" -o "$TMP/cert-manager-$b" "./cmd/$b")
+  done
+  for b in "${cm_bins[@]}"; do mv "$TMP/cert-manager-$b" "$BIN/cert-manager-$b-$CM"; done
+  echo "build: cert-manager ${cm_bins[*]} $CM built in $(elapsed "$t")"
 fi
 
 PROMTOOL="$BIN/promtool-v$PROMETHEUS_MODULE_VERSION"
@@ -142,5 +170,9 @@ else
   echo "build: crane $GGCR built in $(elapsed "$t")"
 fi
 
-ls -l "$BIN"/kube-apiserver-"$K" "$BIN"/kube-controller-manager-"$K" "$BIN"/kubectl-"$K" "$ETCD" "$TOFU" "$HELM" "$BIN/capi-manager-$CAPI" "$BIN/clusterctl-$CAPI" "$PROMTOOL" "$BIN/crane-$GGCR" \
+built=()
+for b in "${capi_bins[@]}"; do built+=("$BIN/$b-$CAPI"); done
+for b in "${cm_bins[@]}"; do built+=("$BIN/cert-manager-$b-$CM"); done
+ls -l "$BIN"/kube-apiserver-"$K" "$BIN"/kube-controller-manager-"$K" "$BIN"/kubectl-"$K" "$ETCD" "$TOFU" "$HELM" \
+  "${built[@]}" "$PROMTOOL" "$BIN/crane-$GGCR" \
   | awk '{ printf "build: %s %.1f MiB\n", $NF, $5 / 1048576 }'
