@@ -64,6 +64,23 @@ impl Clusterctl {
         Clusterctl { home, release }
     }
 
+    /// The local repository: `<provider label>/<version>/` folders.
+    pub fn repository(&self) -> PathBuf {
+        self.home.path().join("repository")
+    }
+
+    /// Adds `text` to the configuration: provider entries (`  - name: …`)
+    /// continue CAPTF's list, then top-level keys.
+    pub fn configure(&self, text: &str) {
+        use std::io::Write as _;
+        let path = self.home.path().join("clusterctl.yaml");
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+        file.write_all(text.as_bytes()).unwrap();
+    }
+
     /// Runs clusterctl with `args` and the variables `vars`; its stdout, or
     /// a panic with its stderr.
     pub fn run(&self, args: &[&str], vars: &[(&str, &str)]) -> String {

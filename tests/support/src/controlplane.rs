@@ -53,6 +53,13 @@ pub fn binary(name: &str) -> PathBuf {
         "helm" => version("HELM_VERSION"),
         "promtool" => version("PROMETHEUS_MODULE_VERSION"),
         "crane" => version("GGCR_VERSION"),
+        "capi-manager"
+        | "clusterctl"
+        | "capi-kubeadm-bootstrap-manager"
+        | "capi-kubeadm-control-plane-manager" => version("CLUSTER_API_VERSION"),
+        "cert-manager-controller" | "cert-manager-cainjector" | "cert-manager-webhook" => {
+            version("CERT_MANAGER_VERSION")
+        }
         other => panic!("no pinned version for {other}"),
     };
     let path = bin_dir().join(format!("{name}-v{version}"));
@@ -395,8 +402,9 @@ fn boot(
             format!("--kubeconfig={kcm_kubeconfig}"),
             format!("--authentication-kubeconfig={kcm_kubeconfig}"),
             format!("--authorization-kubeconfig={kcm_kubeconfig}"),
-            // Deployments and Services for the manager installed in a pod.
-            "--controllers=job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller,endpointslice-controller".into(),
+            // Deployments and Services for the managers installed in pods;
+            // the aggregated ClusterRoles Cluster API's providers install.
+            "--controllers=job-controller,garbage-collector-controller,namespace-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,deployment-controller,replicaset-controller,endpointslice-controller,clusterrole-aggregation-controller".into(),
             format!("--service-account-private-key-file={}", sa_key_file.display()),
             format!("--root-ca-file={}", ca_file.display()),
             "--use-service-account-credentials=false".into(),

@@ -11,6 +11,7 @@ pub mod identity;
 pub mod install;
 pub mod manager;
 pub mod owners;
+pub mod providers;
 pub mod refusal;
 pub mod registry;
 pub mod scenario;

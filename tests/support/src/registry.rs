@@ -175,6 +175,67 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// The platform's `program` (`controlplane::binary`) as an image
+    /// `<host>/<name>:<tag>`: one layer holding it at `path`, its
+    /// entrypoint, user 65532, as its project's own image holds it.
+    pub fn program(&self, program: &str, path: &str, name: &str, tag: &str) -> Pushed {
+        let work = tempfile::tempdir().expect("a temporary directory");
+        let root = work.path().join("root");
+        let target = root.join(path.trim_start_matches('/'));
+        std::fs::create_dir_all(target.parent().expect("a path in a folder")).unwrap();
+        std::fs::copy(binary(program), &target)
+            .unwrap_or_else(|e| panic!("copying {program}: {e}"));
+        let layer = work.path().join("layer.tar");
+        let top = path
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap_or(path);
+        let status = Command::new("tar")
+            .args([
+                "--sort=name",
+                "--mtime=@0",
+                "--owner=0",
+                "--group=0",
+                "--numeric-owner",
+            ])
+            .arg("-C")
+            .arg(&root)
+            .arg("-cf")
+            .arg(&layer)
+            .arg(top)
+            .status()
+            .expect("running tar");
+        assert!(status.success(), "tar of {program} failed");
+        let host = &self.host;
+        let staged = format!("{host}/{name}:layer");
+        let reference = format!("{host}/{name}:{tag}");
+        let layer = layer.to_string_lossy();
+        crane(&["append", "--oci-empty-base", "-f", &layer, "-t", &staged])
+            .unwrap_or_else(|e| panic!("{e}"));
+        crane(&[
+            "mutate",
+            &staged,
+            "--set-platform",
+            "linux/amd64",
+            "--user",
+            "65532:65532",
+            "--entrypoint",
+            path,
+            "-t",
+            &reference,
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let digest =
+            crane(&["digest", &reference]).unwrap_or_else(|e| panic!("digest of {reference}: {e}"));
+        Pushed {
+            reference,
+            digest: digest.trim().to_string(),
+        }
+    }
+}
+
 impl Drop for Registry {
     fn drop(&mut self) {
         terminate(&mut self.child.lock().unwrap_or_else(|e| e.into_inner()));

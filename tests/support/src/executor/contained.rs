@@ -30,7 +30,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::env::{container_argv, merge_env};
+use super::env::{container_argv, expand, merge_env};
 use super::images::Image;
 use super::process::Process;
 use super::volumes::{Objects, in_root};
@@ -210,23 +210,30 @@ impl PodRun {
                 "a contained pod runs images of a registry only".into(),
             ));
         };
-        let argv: Vec<String> = container_argv(
-            image,
-            container.command.as_deref().unwrap_or_default(),
-            container.args.as_deref().unwrap_or_default(),
-        )
-        .into_iter()
-        .cloned()
-        .collect();
+        let (env_from, env) = self
+            .container_env(pod, container, objects)
+            .await
+            .map_err(config)?;
+        // The container's own references, not the image's.
+        let lookup = |name: &str| {
+            env.iter()
+                .chain(&env_from)
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        let expanded = |list: &Option<Vec<String>>| -> Vec<String> {
+            list.iter().flatten().map(|t| expand(t, lookup)).collect()
+        };
+        let (command, args) = (expanded(&container.command), expanded(&container.args));
+        let argv: Vec<String> = container_argv(image, &command, &args)
+            .into_iter()
+            .cloned()
+            .collect();
         if argv.is_empty() {
             return Err(unsupported(
                 "the container has no command, and its image no entrypoint".into(),
             ));
         }
-        let (env_from, env) = self
-            .container_env(pod, container, objects)
-            .await
-            .map_err(config)?;
         let mut env = merge_env(
             CONTAINER_PATH,
             &unpacked.env,

@@ -57,6 +57,34 @@ fn prefixed(data: &Data, prefix: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A container's command or argument with its `$(NAME)` references
+/// expanded as a kubelet does: a variable of the container's own env;
+/// `$$` is a `$`; an unknown or unterminated reference stays as written.
+pub(super) fn expand(text: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(name_end) = after.strip_prefix('(').and_then(|a| a.find(')')) {
+            let name = &after[1..=name_end];
+            match lookup(name) {
+                Some(value) => out.push_str(&value),
+                None => out.push_str(&rest[at..at + name_end + 3]),
+            }
+            rest = &after[name_end + 2..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 const IN_CLUSTER: &str = "--backend-config=in_cluster_config=true";
 
 /// A container's command line as a kubelet makes it: its command replaces
@@ -319,6 +347,24 @@ mod tests {
             (String::new(), b"x".to_vec()),
         ]);
         assert_eq!(prefixed(&data, "P_"), pairs(&[("P_KEY", "v")]));
+    }
+
+    #[test]
+    fn references_expand_as_a_kubelet_expands_them() {
+        let env = |name: &str| (name == "NS").then(|| "cert-manager".to_string());
+        for (text, want) in [
+            ("--namespace=$(NS)", "--namespace=cert-manager"),
+            ("$(NS).svc,$(NS)", "cert-manager.svc,cert-manager"),
+            ("$(UNKNOWN)", "$(UNKNOWN)"),
+            ("$$(NS)", "$(NS)"),
+            ("$$$(NS)", "$cert-manager"),
+            ("cost: $5", "cost: $5"),
+            ("$(NS", "$(NS"),
+            ("trailing $", "trailing $"),
+            ("", ""),
+        ] {
+            assert_eq!(expand(text, env), want, "{text}");
+        }
     }
 
     #[test]

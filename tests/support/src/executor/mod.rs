@@ -24,7 +24,7 @@
 //! network and a pod IP of its own (`contained.rs`): the manager's own
 //! Deployment and the Jobs it starts once installed.
 //!
-//! Not modelled: `$(VAR)` expansion, subPath mounts, read-only mounts, more
+//! Not modelled: `$(VAR)` expansion outside contained pods, subPath mounts, read-only mounts, more
 //! than one main container, resource limits (see [`Executor::kill_oom`]),
 //! liveness and non-HTTP probes, and the FallbackToLogsOnError message
 //! policy (read as File).
