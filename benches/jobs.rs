@@ -34,10 +34,12 @@ use std::time::{Duration, Instant};
 
 use captf::api::TerraformMachine;
 use captf::names::{self, Kind};
+use captf_testkit::manager::metric_total;
 use captf_testkit::scenario::{Env, JobsSeen, NOOP, applied, setup, vars};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
@@ -119,6 +121,7 @@ async fn main() {
     let machines = Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns);
 
     let (manager_before, pods_before) = (env.manager.usage().cpu_seconds, children_cpu());
+    let scrape_before = env.manager.metrics().await;
     let started = Instant::now();
     futures::stream::iter(0..o.machines)
         .map(|i| {
@@ -153,6 +156,11 @@ async fn main() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let manager_cpu = env.manager.usage().cpu_seconds - manager_before;
     let pods_cpu = children_cpu() - pods_before;
+    let scrape_after = env.manager.metrics().await;
+    let counted =
+        |family: &str| metric_total(&scrape_after, family) - metric_total(&scrape_before, family);
+    let passes = counted("controller_runtime_reconcile_total");
+    let requests = counted("rest_client_requests_total");
 
     let mut twice = Vec::new();
     let mut unbooked = Vec::new();
@@ -190,6 +198,15 @@ async fn main() {
         manager_cpu / pods_cpu
     );
     println!(
+        "  per Job: {:.1} passes, {:.1} API requests by the manager",
+        passes / n,
+        requests / n
+    );
+    println!(
+        "  events per Job, by reason: {}",
+        events_by_reason(&env, n).await
+    );
+    println!(
         "  machines with other than one apply Job: {} {:?}",
         twice.len(),
         twice.iter().take(5).collect::<Vec<_>>()
@@ -213,6 +230,27 @@ async fn main() {
         unbooked.len()
     );
     handoffs(&env, &o).await;
+}
+
+/// The events of the bench's namespace per Job, by reason, most first.
+async fn events_by_reason(env: &Env, jobs: f64) -> String {
+    let events = Api::<Event>::namespaced(env.client.clone(), &env.ns);
+    let mut by_reason = std::collections::BTreeMap::<String, usize>::new();
+    for e in events.list(&ListParams::default()).await.unwrap().items {
+        if e.reason.as_deref() == Some("ConditionChanged") {
+            *by_reason
+                .entry(e.note.clone().unwrap_or_default())
+                .or_default() += 1;
+        }
+        *by_reason.entry(e.reason.unwrap_or_default()).or_default() += 1;
+    }
+    let mut counts: Vec<_> = by_reason.into_iter().collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts
+        .iter()
+        .map(|(reason, n)| format!("{reason} {:.2}", *n as f64 / jobs))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Kills runners holding their apply's lock; measures the handoff. The

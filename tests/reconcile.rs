@@ -304,6 +304,52 @@ async fn two_managers_racing_start_one_job() {
     );
 }
 
+/// The objects of a namespace share its credentials mirror, so passes
+/// started together race to write it: the loser reads it again, and no
+/// object reports the mirror failed.
+#[tokio::test]
+async fn machines_created_at_once_share_the_credentials_mirror_without_a_failure() {
+    let env = setup(MANAGER, "mirror", &[], &[]).await;
+    env.cluster("c", NOOP, None).await;
+    let names: Vec<String> = (0..12).map(|i| format!("m{i}")).collect();
+    futures::future::join_all(names.iter().map(|n| env.machine(n, "c", None))).await;
+    let mirror = names::credentials_mirror(&env.identity);
+    let secrets = Api::<Secret>::namespaced(env.client.clone(), &env.ns);
+    let machines = Api::<TerraformMachine>::namespaced(env.client.clone(), &env.ns);
+    within(
+        &env,
+        180,
+        "every machine a user of the mirror, mirrored",
+        || async {
+            let owners: Vec<String> = secrets
+                .get_opt(&mirror)
+                .await
+                .unwrap()?
+                .owner_references()
+                .iter()
+                .map(|o| o.name.clone())
+                .collect();
+            let listed = machines.list(&ListParams::default()).await.unwrap().items;
+            let mirrored = listed.iter().all(|m| {
+                m.status
+                    .as_ref()
+                    .and_then(|s| condition(&s.workspace, "CredentialsMirrored"))
+                    == Some(("True", "Mirrored"))
+            });
+            (mirrored && names.iter().all(|n| owners.contains(n))).then_some(())
+        },
+    )
+    .await;
+    let failed: Vec<String> = env
+        .events("ConditionChanged")
+        .await
+        .into_iter()
+        .filter_map(|e| e.note)
+        .filter(|n| n.contains("MirrorFailed"))
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}\n{}", env.context());
+}
+
 /// The cluster `c` applied once (machines wait for its exports until
 /// then), then re-applying slowly: its second apply Job.
 async fn reapplying_cluster(env: &Env) -> Job {

@@ -153,6 +153,14 @@ pub enum MirrorWrite {
     Replace(Secret),
 }
 
+impl MirrorWrite {
+    pub fn name(&self) -> String {
+        match self {
+            MirrorWrite::Create(s) | MirrorWrite::Replace(s) => s.name_any(),
+        }
+    }
+}
+
 /// The outcome of resolving and mirroring an object's credentials.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Credentials {
@@ -335,21 +343,18 @@ pub fn last_copy(o: &Observed, decided: Credentials) -> Credentials {
     }
 }
 
-/// Performs a mirror write; the error is the MirrorFailed message. A
-/// conflict (another object of the namespace wrote first) fails it, and
-/// the next pass reads again.
-pub async fn write(client: &kube::Client, namespace: &str, w: &MirrorWrite) -> Result<(), String> {
+/// Performs a mirror write. A conflict (409: another object of the
+/// namespace created or changed the mirror first) is the caller's to tell
+/// from a failure.
+pub async fn write(client: &kube::Client, namespace: &str, w: &MirrorWrite) -> kube::Result<()> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let (secret, result) = match w {
-        MirrorWrite::Create(s) => (s, api.create(&PostParams::default(), s).await),
-        MirrorWrite::Replace(s) => (
-            s,
-            api.replace(&s.name_any(), &PostParams::default(), s).await,
-        ),
-    };
-    result
-        .map(drop)
-        .map_err(|e| format!("writing Secret {}: {e}", secret.name_any()))
+    match w {
+        MirrorWrite::Create(s) => api.create(&PostParams::default(), s).await.map(drop),
+        MirrorWrite::Replace(s) => api
+            .replace(&s.name_any(), &PostParams::default(), s)
+            .await
+            .map(drop),
+    }
 }
 
 /// Removes the object `uid` from the users of every credentials mirror of

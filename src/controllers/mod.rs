@@ -114,7 +114,9 @@ pub enum Error {
     Mirror(String),
     #[error("the object has no {0}")]
     MissingMetadata(&'static str),
-    #[error("the object changed since this pass read it; it is read again")]
+    /// A guarded write found its object (this one, or the namespace's
+    /// credentials mirror) changed since the pass read it.
+    #[error("an object changed since this pass read it; it is read again")]
     Stale,
     #[error("encoding the status: {0}")]
     Encode(#[source] serde_json::Error),

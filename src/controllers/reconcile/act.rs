@@ -217,14 +217,22 @@ async fn perform<K: Workload>(
     let leases_api = Api::<Lease>::namespaced(ctx.client.clone(), &o.namespace);
     match write {
         Write::Mirror(w) => {
-            if let Err(why) = credentials::write(&ctx.client, &o.namespace, &w).await {
-                plan.draft.set(Cond::new(
-                    CREDENTIALS_MIRRORED,
-                    Status::False,
-                    "MirrorFailed",
-                    why.clone(),
-                ));
-                return Err(Error::Mirror(why));
+            match credentials::write(&ctx.client, &o.namespace, &w).await {
+                Ok(()) => {}
+                // The objects of a namespace share its mirror, so their
+                // passes race to write it: the one that lost reads the
+                // mirror again (in a second) instead of reporting a failure.
+                Err(kube::Error::Api(e)) if e.code == 409 => return Err(Error::Stale),
+                Err(e) => {
+                    let why = format!("writing Secret {}: {e}", w.name());
+                    plan.draft.set(Cond::new(
+                        CREDENTIALS_MIRRORED,
+                        Status::False,
+                        "MirrorFailed",
+                        why.clone(),
+                    ));
+                    return Err(Error::Mirror(why));
+                }
             }
         }
         Write::Adopt {

@@ -176,6 +176,9 @@ fn own_process(cmd: &mut tokio::process::Command, hostname: &str, jail: Option<J
             }
             if let Some(jail) = &jail {
                 jail.enter()?;
+                // The kernel clears the parent-death signal when the jail
+                // switches to the pod's user.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             }
             Ok(())
         });
