@@ -237,11 +237,6 @@ async fn events_by_reason(env: &Env, jobs: f64) -> String {
     let events = Api::<Event>::namespaced(env.client.clone(), &env.ns);
     let mut by_reason = std::collections::BTreeMap::<String, usize>::new();
     for e in events.list(&ListParams::default()).await.unwrap().items {
-        if e.reason.as_deref() == Some("ConditionChanged") {
-            *by_reason
-                .entry(e.note.clone().unwrap_or_default())
-                .or_default() += 1;
-        }
         *by_reason.entry(e.reason.unwrap_or_default()).or_default() += 1;
     }
     let mut counts: Vec<_> = by_reason.into_iter().collect();
