@@ -151,6 +151,19 @@ fn watch_config(settings: &Settings) -> watcher::Config {
     }
 }
 
+/// The changes a Job brings come in bursts (its pod's phase, the Job's
+/// status, the lock's Lease, the state Secret, each from another writer
+/// within milliseconds): an object waits this long after the last change
+/// of a burst, so that one pass reads them all (`cargo bench --bench jobs`
+/// counts the passes per Job).
+const DEBOUNCE: Duration = Duration::from_millis(100);
+
+fn passes(concurrency: u16) -> controller::Config {
+    controller::Config::default()
+        .concurrency(concurrency)
+        .debounce(DEBOUNCE)
+}
+
 fn error_policy<K: Workload>(_obj: Arc<K>, error: &Error, _ctx: Arc<Context>) -> Action {
     if let Error::Stale = error {
         // Expected now and then: the cache catches up within moments.
@@ -256,7 +269,7 @@ pub async fn run(
     let clusters = Controller::for_stream(clusters.events, clusters.store)
         .reconcile_on(clusters.changes)
         .graceful_shutdown_on(shutdown.clone())
-        .with_config(controller::Config::default().concurrency(c.cluster))
+        .with_config(passes(c.cluster))
         .run(
             reconcile::reconcile::<TerraformCluster>,
             error_policy,
@@ -266,7 +279,7 @@ pub async fn run(
     let machines = Controller::for_stream(machines.events, machines.store)
         .reconcile_on(machines.changes)
         .graceful_shutdown_on(shutdown.clone())
-        .with_config(controller::Config::default().concurrency(c.machine))
+        .with_config(passes(c.machine))
         .run(
             reconcile::reconcile::<TerraformMachine>,
             error_policy,
@@ -276,7 +289,7 @@ pub async fn run(
     let pools = Controller::for_stream(pools.events, pools.store)
         .reconcile_on(pools.changes)
         .graceful_shutdown_on(shutdown.clone())
-        .with_config(controller::Config::default().concurrency(c.machine_pool))
+        .with_config(passes(c.machine_pool))
         .run(
             reconcile::reconcile::<TerraformMachinePool>,
             error_policy,
