@@ -240,7 +240,7 @@ async fn events_by_reason(env: &Env, jobs: f64) -> String {
         *by_reason.entry(e.reason.unwrap_or_default()).or_default() += 1;
     }
     let mut counts: Vec<_> = by_reason.into_iter().collect();
-    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
     counts
         .iter()
         .map(|(reason, n)| format!("{reason} {:.2}", *n as f64 / jobs))

@@ -881,3 +881,25 @@ fn crds_subcommand_prints_the_crds() {
     assert_eq!(yaml, captf::api::crds_yaml());
     assert!(yaml.contains("kind: CustomResourceDefinition"));
 }
+
+/// The manager's allocator runs with the options `src/bin/captf-manager.rs`
+/// compiles in: a misspelt options symbol would leave jemalloc on its
+/// defaults without a word (an arena per thread, ten seconds of decay).
+#[test]
+fn the_allocator_runs_with_the_compiled_in_options() {
+    let out = Command::new(env!("CARGO_BIN_EXE_captf-manager"))
+        .arg("crds")
+        .env("_RJEM_MALLOC_CONF", "stats_print:true")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stats = String::from_utf8_lossy(&out.stderr);
+    for option in [
+        "opt.narenas: 1\n",
+        "opt.dirty_decay_ms: 1000 ",
+        "opt.muzzy_decay_ms: 0 ",
+        "opt.background_thread: true ",
+    ] {
+        assert!(stats.contains(option), "{option:?} not in {stats}");
+    }
+}
