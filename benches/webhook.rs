@@ -24,7 +24,7 @@
 //! is HTTP/2 (what the API server speaks to webhooks) and sends its requests
 //! one after another; handshakes happen before the clock starts.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
@@ -46,14 +46,16 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 use serde_json::{Value, json};
+use tikv_jemallocator::Jemalloc;
 use tokio::sync::watch;
 use tokio_rustls::TlsConnector;
 use tower::ServiceExt;
 
 const BARE_ANSWER: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"x","allowed":true}}"#;
 
-/// The system allocator, counting the heap's growth while [`COUNTING`] is
-/// on. Off (the throughput rounds), it costs one relaxed load per call.
+/// The manager's allocator (jemalloc), counting the heap's growth while
+/// [`COUNTING`] is on. Off (the throughput rounds), it costs one relaxed
+/// load per call.
 struct CountingAllocator;
 
 #[global_allocator]
@@ -72,11 +74,11 @@ fn grew(bytes: isize) {
     }
 }
 
-// SAFETY: every call goes to `System` unchanged; the counting only reads
+// SAFETY: every call goes to `Jemalloc` unchanged; the counting only reads
 // sizes.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc(layout) };
+        let ptr = unsafe { Jemalloc.alloc(layout) };
         if !ptr.is_null() {
             grew(layout.size() as isize);
         }
@@ -84,7 +86,7 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc_zeroed(layout) };
+        let ptr = unsafe { Jemalloc.alloc_zeroed(layout) };
         if !ptr.is_null() {
             grew(layout.size() as isize);
         }
@@ -92,12 +94,12 @@ unsafe impl GlobalAlloc for CountingAllocator {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
+        unsafe { Jemalloc.dealloc(ptr, layout) };
         grew(-(layout.size() as isize));
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        let new = unsafe { Jemalloc.realloc(ptr, layout, new_size) };
         if !new.is_null() {
             grew(new_size as isize - layout.size() as isize);
         }

@@ -111,6 +111,9 @@ pub const LOCK_INFO: &str = "app.terraform.io/lock-info";
 
 /// The label Kubernetes puts on a Job's pods.
 pub const JOB_NAME_LABEL: &str = "batch.kubernetes.io/job-name";
+/// kubectl's copy of what `kubectl apply` last applied, as JSON text: the
+/// webhook does not read it.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 // Cluster API's and clusterctl's (ref §2.3).
 

@@ -1,5 +1,6 @@
 //! Reading an object of an AdmissionReview: its JSON text, borrowed from the
-//! request body, decoded straight into the typed API object, once.
+//! request body, decoded straight into the typed API object, once, without
+//! the parts no rule reads ([`unread`]).
 //!
 //! `spec.variables` holds free JSON, so a small body can still ask for a big
 //! tree: a 3 MiB array of 1.5M zeros is 48 MB as `serde_json::Value`s, and
@@ -21,6 +22,8 @@ use serde_json::value::RawValue;
 use thiserror::Error;
 
 use super::rules::Violation;
+
+mod unread;
 
 /// The most JSON values one object of a request may hold, each non-empty
 /// JSON object counting as [`OBJECT_WEIGHT`] more. Decoding a value costs up
@@ -84,12 +87,16 @@ impl DecodeError {
     }
 }
 
-/// `raw` as a `T`, refused unread past [`MAX_VALUES`].
+/// `raw` as a `T` without its [`unread`] parts, refused unread past
+/// [`MAX_VALUES`].
 pub fn decode<T: DeserializeOwned>(field: Field, raw: &RawValue) -> Result<T, DecodeError> {
     if too_many_values(raw.get())? {
         return Err(DecodeError::TooManyValues(field));
     }
-    Ok(serde_json::from_str(raw.get())?)
+    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+    let object = T::deserialize(unread::skipping(&mut deserializer))?;
+    deserializer.end()?;
+    Ok(object)
 }
 
 /// Whether `json` holds more than [`MAX_VALUES`] values, objects weighed.
@@ -213,6 +220,8 @@ impl<'de> Visitor<'de> for Count<'_> {
 
 #[cfg(test)]
 mod tests {
+    use serde::Deserialize;
+
     use super::*;
 
     fn raw(json: String) -> Box<RawValue> {
@@ -262,6 +271,67 @@ mod tests {
         assert!(e.to_string().contains("recursion limit"), "{e}");
         let e = decode::<serde_json::Value>(Field::Object, &raw(deep)).unwrap_err();
         assert!(e.to_string().contains("recursion limit"), "{e}");
+    }
+
+    #[test]
+    fn managed_fields_and_the_last_applied_copy_are_left_out() {
+        let object = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "K",
+            "metadata": {
+                "name": "n",
+                "labels": {"managedFields": "kept"},
+                "annotations": {
+                    crate::keys::LAST_APPLIED: "{\"spec\":{}}",
+                    "captf.io/restore-state": "abc",
+                },
+                "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+            },
+            "spec": {
+                "metadata": {"managedFields": "kept below the root"},
+                "annotations": {crate::keys::LAST_APPLIED: "kept outside metadata"},
+            },
+            "status": null,
+        });
+        let mut expected = object.clone();
+        expected["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
+        expected["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove(crate::keys::LAST_APPLIED);
+        let decoded = decode::<serde_json::Value>(Field::Object, &raw(object.to_string())).unwrap();
+        assert_eq!(decoded, expected);
+
+        // An escaped key is the same key; a typed object decodes as before.
+        let escaped = r#"{"metad\u0061ta":{"name":"m","man\u0061gedFields":[{}],"annotations":null},"spec":{"source":{"image":"i:1"}}}"#;
+        let decoded = decode::<serde_json::Value>(Field::Object, &raw(escaped.into())).unwrap();
+        assert_eq!(
+            decoded["metadata"],
+            serde_json::json!({"name": "m", "annotations": null})
+        );
+        let machine =
+            decode::<crate::api::TerraformMachine>(Field::Object, &raw(escaped.into())).unwrap();
+        assert_eq!(machine.metadata.name.as_deref(), Some("m"));
+        assert_eq!(machine.metadata.managed_fields, None);
+        assert_eq!(machine.spec.workspace.source.image, "i:1");
+
+        // Skipped text must still be JSON, and errors keep their position.
+        let broken = r#"{"metadata":{"managedFields":[1,]}}"#;
+        let mut deserializer = serde_json::Deserializer::from_str(broken);
+        let e = serde_json::Value::deserialize(unread::skipping(&mut deserializer)).unwrap_err();
+        assert!(e.to_string().contains("column"), "{e}");
+        let wrong = r#"{"metadata":{"annotations":{"a":1}},"spec":{}}"#;
+        let e =
+            decode::<crate::api::TerraformMachine>(Field::Object, &raw(wrong.into())).unwrap_err();
+        let plain = serde_json::from_str::<crate::api::TerraformMachine>(wrong).unwrap_err();
+        assert_eq!(e.to_string(), plain.to_string());
+        assert!(
+            e.to_string()
+                .contains("integer `1`, expected a string at line 1 column 33")
+        );
     }
 
     #[test]

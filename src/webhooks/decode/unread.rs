@@ -1,0 +1,275 @@
+//! The parts of an object that no rule reads, skipped while it is decoded:
+//! `metadata.managedFields` and the `kubectl.kubernetes.io/last-applied-configuration`
+//! annotation (a copy of the object as escaped JSON text). Together they are
+//! often most of an object's metadata. Skipped, they are still parsed (the
+//! text must be JSON) but nothing is built of them.
+//!
+//! [`Skipping`] wraps a deserializer at the object's root, then at
+//! `metadata` and at its `annotations`; every other value goes to the
+//! wrapped deserializer untouched, so the rest of the object costs nothing
+//! more.
+
+use std::fmt;
+
+use serde::de::value::{BorrowedStrDeserializer, StringDeserializer};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::forward_to_deserialize_any;
+
+use crate::keys::LAST_APPLIED;
+
+/// Where in the object a [`Skipping`] deserializer stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Level {
+    Root,
+    Metadata,
+    Annotations,
+}
+
+/// What becomes of the value under a key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Child {
+    /// Decoded as it is.
+    Keep,
+    /// Decoded through [`Skipping`] at this level.
+    Enter(Level),
+    /// Parsed and dropped: its key is not seen by the object either.
+    Skip,
+}
+
+impl Level {
+    fn child(self, key: &str) -> Child {
+        match (self, key) {
+            (Level::Root, "metadata") => Child::Enter(Level::Metadata),
+            (Level::Metadata, "managedFields") => Child::Skip,
+            (Level::Metadata, "annotations") => Child::Enter(Level::Annotations),
+            (Level::Annotations, LAST_APPLIED) => Child::Skip,
+            _ => Child::Keep,
+        }
+    }
+}
+
+/// `inner`, read as an object without its unread parts.
+pub fn skipping<'de, D: Deserializer<'de>>(inner: D) -> Skipping<D> {
+    Skipping {
+        inner,
+        level: Level::Root,
+    }
+}
+
+pub struct Skipping<D> {
+    inner: D,
+    level: Level,
+}
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for Skipping<D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_any(Wrap::new(visitor, self.level))
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner
+            .deserialize_option(Wrap::new(visitor, self.level))
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_map(Wrap::new(visitor, self.level))
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.inner
+            .deserialize_struct(name, fields, Wrap::new(visitor, self.level))
+    }
+
+    // Objects, their metadata and its annotations are maps: any other
+    // request reads the value as it is.
+    forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf unit unit_struct newtype_struct seq tuple tuple_struct
+        enum identifier ignored_any
+    }
+}
+
+/// The visitor of a value at `level`: its map's entries are filtered.
+struct Wrap<V> {
+    inner: V,
+    level: Level,
+}
+
+impl<V> Wrap<V> {
+    fn new(inner: V, level: Level) -> Self {
+        Self { inner, level }
+    }
+}
+
+impl<'de, V: Visitor<'de>> Visitor<'de> for Wrap<V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.expecting(f)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.inner.visit_map(Entries {
+            inner: map,
+            level: self.level,
+            next: Child::Keep,
+        })
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<V::Value, D::Error> {
+        self.inner.visit_some(Skipping {
+            inner: d,
+            level: self.level,
+        })
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<V::Value, E> {
+        self.inner.visit_none()
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<V::Value, E> {
+        self.inner.visit_unit()
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<V::Value, E> {
+        self.inner.visit_bool(v)
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<V::Value, E> {
+        self.inner.visit_i64(v)
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<V::Value, E> {
+        self.inner.visit_u64(v)
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<V::Value, E> {
+        self.inner.visit_f64(v)
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<V::Value, E> {
+        self.inner.visit_str(v)
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<V::Value, E> {
+        self.inner.visit_borrowed_str(v)
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<V::Value, E> {
+        self.inner.visit_string(v)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
+        self.inner.visit_seq(seq)
+    }
+}
+
+/// The entries of a map at `level`, the skipped ones left out.
+struct Entries<A> {
+    inner: A,
+    level: Level,
+    /// What the value of the key just returned becomes.
+    next: Child,
+}
+
+impl<'de, A: MapAccess<'de>> MapAccess<'de> for Entries<A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        loop {
+            let Some(key) = self.inner.next_key_seed(KeySeed)? else {
+                return Ok(None);
+            };
+            let child = self.level.child(key.as_str());
+            if child == Child::Skip {
+                self.inner.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            self.next = child;
+            return match key {
+                Key::Borrowed(key) => seed.deserialize(BorrowedStrDeserializer::new(key)),
+                Key::Owned(key) => seed.deserialize(StringDeserializer::new(key)),
+            }
+            .map(Some);
+        }
+    }
+
+    fn next_value_seed<S: DeserializeSeed<'de>>(&mut self, seed: S) -> Result<S::Value, A::Error> {
+        match self.next {
+            Child::Enter(level) => self.inner.next_value_seed(Nested { seed, level }),
+            Child::Keep | Child::Skip => self.inner.next_value_seed(seed),
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.inner.size_hint()
+    }
+}
+
+/// A key, borrowed from the text unless it had escapes.
+enum Key<'de> {
+    Borrowed(&'de str),
+    Owned(String),
+}
+
+impl Key<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Key::Borrowed(key) => key,
+            Key::Owned(key) => key,
+        }
+    }
+}
+
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = Key<'de>;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key<'de>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = Key<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, key: &'de str) -> Result<Key<'de>, E> {
+        Ok(Key::Borrowed(key))
+    }
+
+    fn visit_str<E: de::Error>(self, key: &str) -> Result<Key<'de>, E> {
+        Ok(Key::Owned(key.to_owned()))
+    }
+}
+
+/// The seed of a value that is entered at `level`.
+struct Nested<S> {
+    seed: S,
+    level: Level,
+}
+
+impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Nested<S> {
+    type Value = S::Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<S::Value, D::Error> {
+        self.seed.deserialize(Skipping {
+            inner: d,
+            level: self.level,
+        })
+    }
+}
