@@ -55,6 +55,19 @@ const fn ready_inputs(kind: Kind, provisioned: bool) -> &'static [&'static str] 
     }
 }
 
+/// Whether `type_` at `status`/`reason` is a bad state (ref §3, §4: a
+/// ConditionChanged into it is a Warning): False for most conditions, True
+/// for the negative ones. Paused either way, or autoscaling simply not
+/// asked for, is not.
+pub fn bad(type_: &str, status: Status, reason: &str) -> bool {
+    match type_ {
+        DELETING | DELETION_BLOCKED | DRIFT_DETECTED => status == Status::True,
+        PAUSED => false,
+        AUTOSCALING_ACTIVE if reason == "AutoscalingDisabled" => false,
+        _ => status == Status::False,
+    }
+}
+
 /// Tri-state condition status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Status {

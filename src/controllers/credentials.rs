@@ -8,7 +8,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::{Selector, SelectorExt};
 use sha2::{Digest, Sha256};
 
@@ -146,17 +146,21 @@ pub async fn observe(
     Ok(observed)
 }
 
-/// A write of the mirror, guarded by the resourceVersion it was read at.
+/// A write of the mirror: a create, a replace guarded by the
+/// resourceVersion it was read at, or one more user added to an up to date
+/// mirror.
 #[derive(Clone, Debug, PartialEq)]
 pub enum MirrorWrite {
     Create(Secret),
     Replace(Secret),
+    AddUser { name: String, user: OwnerReference },
 }
 
 impl MirrorWrite {
     pub fn name(&self) -> String {
         match self {
             MirrorWrite::Create(s) | MirrorWrite::Replace(s) => s.name_any(),
+            MirrorWrite::AddUser { name, .. } => name.clone(),
         }
     }
 }
@@ -285,8 +289,15 @@ pub fn decide(o: &Observed, namespace: &str, owner: &OwnerReference) -> Credenti
             let same_data = annotations.get(SOURCE_HASH) == Some(&hash);
             let owners = secret.metadata.owner_references.get_or_insert_default();
             let owned = owners.iter().any(|o| o.uid == owner.uid);
-            if same_data && owned && was_protected {
-                None
+            if same_data && was_protected {
+                // Only this user to add: a patch merged by uid, so the
+                // objects of a namespace adding themselves at once never
+                // conflict (a replace of the copy they read would, all but
+                // one of them).
+                (!owned).then(|| MirrorWrite::AddUser {
+                    name: mirror.clone(),
+                    user: owner.clone(),
+                })
             } else {
                 if !owned {
                     owners.push(owner.clone());
@@ -354,6 +365,15 @@ pub async fn write(client: &kube::Client, namespace: &str, w: &MirrorWrite) -> k
             .replace(&s.name_any(), &PostParams::default(), s)
             .await
             .map(drop),
+        // ownerReferences merge by uid in a strategic merge patch. A last
+        // user's removal deletes the mirror only at the resourceVersion it
+        // wrote, so a user added in between keeps it.
+        MirrorWrite::AddUser { name, user } => {
+            let patch = serde_json::json!({"metadata": {"ownerReferences": [user]}});
+            api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+                .await
+                .map(drop)
+        }
     }
 }
 

@@ -135,17 +135,30 @@ impl crate::error::Categorized for DurableError {
     }
 }
 
-/// Creates or rewrites the durable inputs. The applied marker survives a
-/// rewrite: once applied, always applied.
-pub async fn write(api: &Api<Secret>, secret: Secret, uid: &str) -> Result<(), DurableError> {
+/// Creates or rewrites the durable inputs, and returns them as written.
+/// The applied marker survives a rewrite: once applied, always applied.
+/// When the watch has not `seen` them, the create goes first: a first
+/// apply then costs no read, and one that exists after all is read and
+/// rewritten as any other.
+pub async fn write(
+    api: &Api<Secret>,
+    secret: Secret,
+    uid: &str,
+    seen: bool,
+) -> Result<Secret, DurableError> {
     let name = secret.metadata.name.clone().unwrap_or_default();
     let api_error = |source| DurableError::Api {
         name: name.clone(),
         source,
     };
+    let mut absent = !seen;
     for _ in 0..5 {
-        let result = match api.get_opt(&name).await.map_err(api_error)? {
-            None => api.create(&PostParams::default(), &secret).await.map(drop),
+        let current = match std::mem::take(&mut absent) {
+            true => None,
+            false => api.get_opt(&name).await.map_err(api_error)?,
+        };
+        let result = match current {
+            None => api.create(&PostParams::default(), &secret).await,
             Some(existing) => {
                 if !owned_by(&existing, uid) {
                     return Err(DurableError::Foreign(name));
@@ -158,13 +171,11 @@ pub async fn write(api: &Api<Secret>, secret: Secret, uid: &str) -> Result<(), D
                         .get_or_insert_default()
                         .insert(APPLIED.to_owned(), "true".to_owned());
                 }
-                api.replace(&name, &PostParams::default(), &next)
-                    .await
-                    .map(drop)
+                api.replace(&name, &PostParams::default(), &next).await
             }
         };
         match result {
-            Ok(()) => return Ok(()),
+            Ok(written) => return Ok(written),
             Err(e) if lost_race(&e) => continue,
             Err(e) => return Err(api_error(e)),
         }
@@ -173,13 +184,13 @@ pub async fn write(api: &Api<Secret>, secret: Secret, uid: &str) -> Result<(), D
 }
 
 /// Marks the durable inputs applied, when they exist, with the digest the
-/// apply ran, or without one when it is unknown.
+/// apply ran, or without one when it is unknown; returns them as written.
 pub async fn mark_applied(
     api: &Api<Secret>,
     kind: Kind,
     name: &str,
     digest: Option<&str>,
-) -> Result<(), kube::Error> {
+) -> Result<Option<Secret>, kube::Error> {
     let patch =
         serde_json::json!({"metadata": {"annotations": {APPLIED: "true", IMAGE_DIGEST: digest}}});
     match api
@@ -190,8 +201,8 @@ pub async fn mark_applied(
         )
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Ok(written) => Ok(Some(written)),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
         Err(e) => Err(e),
     }
 }

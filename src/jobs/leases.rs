@@ -240,12 +240,14 @@ fn holder_of(lease: &Lease) -> Option<&str> {
 /// its holder Job: creates it when absent, takes it when it is free, ours
 /// already, or may be taken over from its holder (looked up in `holders`;
 /// `deadline` is the holder Job's activeDeadlineSeconds), else reports who
-/// holds it.
+/// holds it. One the watch has not `seen` is created first, unread: the
+/// create is the check, and one there after all is read as any other.
 pub async fn acquire(
     api: &Api<Lease>,
     desired: &Lease,
     holders: &impl HolderLookup,
     deadline: Duration,
+    seen: bool,
 ) -> Result<Acquired, LeaseError> {
     let name = desired
         .metadata
@@ -254,9 +256,14 @@ pub async fn acquire(
         .ok_or(LeaseError::Incomplete)?;
     let ours = holder_of(desired).ok_or(LeaseError::Incomplete)?;
     let mut attempt = 0;
+    let mut absent = !seen;
     loop {
         attempt += 1;
-        let written = match api.get_opt(name).await? {
+        let current = match std::mem::take(&mut absent) {
+            true => None,
+            false => api.get_opt(name).await?,
+        };
+        let written = match current {
             None => api.create(&PostParams::default(), desired).await,
             Some(current) => {
                 if let Some(holder) = holder_of(&current) {

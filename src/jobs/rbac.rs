@@ -187,6 +187,23 @@ impl Categorized for RbacError {
     }
 }
 
+/// Whether the watches show the runner RBAC of `namespace` in place for
+/// the default account: `captf-runner` exists and the RoleBinding is ours,
+/// protected and binds it. Then a Job start writes and reads nothing for
+/// RBAC; anything else goes to [`ensure`], which reads afresh.
+pub fn in_place(
+    namespace: &str,
+    service_account: &str,
+    account_seen: bool,
+    binding: Option<&RoleBinding>,
+) -> bool {
+    service_account == RUNNER_RBAC
+        && account_seen
+        && binding.is_some_and(|b| {
+            b.role_ref == role_ref() && with_subject(b, namespace, service_account).is_none()
+        })
+}
+
 /// Makes `service_account` able to run Jobs in `namespace`: creates
 /// `captf-runner` when it is missing (an existing one is kept as it is),
 /// refuses an override that is not opted in, then adds the account to the
@@ -449,5 +466,31 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn in_place_only_when_the_watches_show_all_of_it() {
+        let ours = role_binding("ns", &BTreeSet::from([RUNNER_RBAC.to_owned()]));
+        let other_subject = role_binding("ns", &BTreeSet::from(["someone".to_owned()]));
+        let mut foreign = ours.clone();
+        foreign.role_ref.name = "admin".into();
+        let mut unprotected = ours.clone();
+        unprotected.metadata.finalizers = None;
+        for (account, seen, binding, expected) in [
+            (RUNNER_RBAC, true, Some(&ours), true),
+            (RUNNER_RBAC, false, Some(&ours), false),
+            (RUNNER_RBAC, true, None, false),
+            (RUNNER_RBAC, true, Some(&other_subject), false),
+            (RUNNER_RBAC, true, Some(&foreign), false),
+            (RUNNER_RBAC, true, Some(&unprotected), false),
+            // An override account is always checked afresh.
+            ("custom", true, Some(&ours), false),
+        ] {
+            assert_eq!(
+                in_place("ns", account, seen, binding),
+                expected,
+                "{account} {seen} {binding:?}"
+            );
+        }
     }
 }

@@ -234,14 +234,29 @@ fn decode(f: &Facts, o: &Outputs) -> Decoded {
     d
 }
 
+fn provisioning() -> Cond {
+    health_cond(
+        Status::False,
+        "Provisioning",
+        "the infrastructure is being provisioned",
+    )
+}
+
+/// InfrastructureHealthy once an apply Job has started, when it still
+/// waits for the first (ref §3: False/Provisioning from the first apply
+/// start until provisioned). The pass that starts the Job says so; the
+/// passes while it runs do not look at the outputs.
+pub fn apply_started(current: Option<(Status, &str)>) -> Option<Cond> {
+    match current {
+        None | Some((Status::Unknown, "WaitingForProvisioning")) => Some(provisioning()),
+        Some(_) => None,
+    }
+}
+
 /// Maps the outputs of `f` (ref §9.4).
 pub fn map(f: &Facts) -> Mapped {
     let waiting = || match f.apply_started {
-        true => health_cond(
-            Status::False,
-            "Provisioning",
-            "the infrastructure is being provisioned",
-        ),
+        true => provisioning(),
         false => health_cond(
             Status::Unknown,
             "WaitingForProvisioning",

@@ -397,3 +397,26 @@ fn an_undeclared_required_output_is_missing_a_null_one_pending() {
     );
     assert!(!m.provisioned);
 }
+
+#[test]
+fn an_apply_start_makes_a_waiting_object_provisioning() {
+    for (current, after) in [
+        (None, Some("Provisioning")),
+        (
+            Some((Status::Unknown, "WaitingForProvisioning")),
+            Some("Provisioning"),
+        ),
+        (Some((Status::False, "Provisioning")), None),
+        (Some((Status::True, "Healthy")), None),
+        (Some((Status::False, "InstanceStopped")), None),
+    ] {
+        let cond = apply_started(current);
+        assert_eq!(cond.as_ref().map(|c| c.reason), after, "{current:?}");
+        if let Some(c) = cond {
+            assert_eq!(
+                (c.type_, c.status),
+                (conditions::INFRASTRUCTURE_HEALTHY, Status::False)
+            );
+        }
+    }
+}

@@ -94,9 +94,10 @@ async fn two_jobs_race_and_one_takes_the_run_lease() {
     let b = leases::run_lease(&request(&ns, "m1", "job-b"));
     assert_eq!(a.metadata.name, b.metadata.name);
     let name = a.metadata.name.clone().unwrap();
+    // Neither has seen the Lease: both create it, one of them in vain.
     let (ra, rb) = tokio::join!(
-        leases::acquire(&leases_api, &a, &jobs, DEADLINE),
-        leases::acquire(&leases_api, &b, &jobs, DEADLINE)
+        leases::acquire(&leases_api, &a, &jobs, DEADLINE, false),
+        leases::acquire(&leases_api, &b, &jobs, DEADLINE, false)
     );
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     let winner = match (&ra, &rb) {
@@ -119,7 +120,7 @@ async fn two_jobs_race_and_one_takes_the_run_lease() {
     let again = if winner == "job-a" { &a } else { &b };
     let before = leases_api.get(&name).await.unwrap();
     assert_eq!(
-        leases::acquire(&leases_api, again, &jobs, DEADLINE)
+        leases::acquire(&leases_api, again, &jobs, DEADLINE, false)
             .await
             .unwrap(),
         Acquired::Taken
@@ -162,7 +163,7 @@ async fn release_by_a_non_holder_changes_nothing_and_a_free_lease_is_taken() {
     let lease = leases::cluster_write_lease(&request(&ns, "c1", "holder")).unwrap();
     let name = lease.metadata.name.clone().unwrap();
     assert_eq!(
-        leases::acquire(&leases_api, &lease, &jobs, DEADLINE)
+        leases::acquire(&leases_api, &lease, &jobs, DEADLINE, true)
             .await
             .unwrap(),
         Acquired::Taken
@@ -183,7 +184,7 @@ async fn release_by_a_non_holder_changes_nothing_and_a_free_lease_is_taken() {
     // While the holder is active, another Job does not get it.
     let next = leases::cluster_write_lease(&request(&ns, "c1", "next")).unwrap();
     assert_eq!(
-        leases::acquire(&leases_api, &next, &jobs, DEADLINE)
+        leases::acquire(&leases_api, &next, &jobs, DEADLINE, true)
             .await
             .unwrap(),
         Acquired::HeldBy("holder".into())
@@ -204,7 +205,7 @@ async fn release_by_a_non_holder_changes_nothing_and_a_free_lease_is_taken() {
     );
 
     assert_eq!(
-        leases::acquire(&leases_api, &next, &jobs, DEADLINE)
+        leases::acquire(&leases_api, &next, &jobs, DEADLINE, true)
             .await
             .unwrap(),
         Acquired::Taken
@@ -227,7 +228,7 @@ async fn a_finished_or_long_missing_holder_is_taken_over() {
     let held = leases::run_lease(&request(&ns, "m-done", "finished"));
     let name = held.metadata.name.clone().unwrap();
     assert_eq!(
-        leases::acquire(&leases_api, &held, &jobs, DEADLINE)
+        leases::acquire(&leases_api, &held, &jobs, DEADLINE, true)
             .await
             .unwrap(),
         Acquired::Taken
@@ -239,7 +240,7 @@ async fn a_finished_or_long_missing_holder_is_taken_over() {
     .await;
     let taker = leases::run_lease(&request(&ns, "m-done", "taker"));
     assert_eq!(
-        leases::acquire(&leases_api, &taker, &jobs, DEADLINE)
+        leases::acquire(&leases_api, &taker, &jobs, DEADLINE, true)
             .await
             .unwrap(),
         Acquired::Taken
@@ -252,14 +253,14 @@ async fn a_finished_or_long_missing_holder_is_taken_over() {
     // A holder Job that never appeared, within the grace period and after it.
     let fresh = leases::run_lease(&request(&ns, "m-gone", "never-created"));
     assert_eq!(
-        leases::acquire(&leases_api, &fresh, &jobs, DEADLINE)
+        leases::acquire(&leases_api, &fresh, &jobs, DEADLINE, true)
             .await
             .unwrap(),
         Acquired::Taken
     );
     let other = leases::run_lease(&request(&ns, "m-gone", "other"));
     assert_eq!(
-        leases::acquire(&leases_api, &other, &jobs, DEADLINE)
+        leases::acquire(&leases_api, &other, &jobs, DEADLINE, true)
             .await
             .unwrap(),
         Acquired::HeldBy("never-created".into())
@@ -276,7 +277,7 @@ async fn a_finished_or_long_missing_holder_is_taken_over() {
         .unwrap();
     let other = leases::run_lease(&request(&ns, "m-stale", "other"));
     assert_eq!(
-        leases::acquire(&leases_api, &other, &jobs, DEADLINE)
+        leases::acquire(&leases_api, &other, &jobs, DEADLINE, true)
             .await
             .unwrap(),
         Acquired::Taken
@@ -296,7 +297,7 @@ async fn a_finished_or_long_missing_holder_is_taken_over() {
         .unwrap();
     let other = leases::run_lease(&request(&ns, "m-stuck", "other"));
     assert_eq!(
-        leases::acquire(&leases_api, &other, &jobs, DEADLINE)
+        leases::acquire(&leases_api, &other, &jobs, DEADLINE, true)
             .await
             .unwrap(),
         Acquired::Taken
@@ -319,7 +320,7 @@ async fn twenty_contenders_one_winner() {
             tasks.spawn(async move {
                 let job = format!("{round}-{i}");
                 let lease = leases::run_lease(&request(&ns, "m20", &job));
-                let got = leases::acquire(&leases_api, &lease, &jobs, DEADLINE)
+                let got = leases::acquire(&leases_api, &lease, &jobs, DEADLINE, true)
                     .await
                     .unwrap();
                 (job, got)

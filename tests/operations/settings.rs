@@ -91,6 +91,23 @@ async fn an_object_paused_by_its_own_annotation_starts_nothing() {
         .then_some(())
     })
     .await;
+    // Paused and Resumed tell it (ref §4), not a ConditionChanged; the
+    // first NotPaused of a new object is no event at all.
+    within(&env, 30, "the Paused and Resumed events", || async {
+        let paused = env.events_about("Paused", Kind::Cluster, "c").await;
+        let resumed = env.events_about("Resumed", Kind::Cluster, "c").await;
+        (paused.len() == 1 && resumed.len() == 1).then_some(())
+    })
+    .await;
+    let changed = env
+        .events_about("ConditionChanged", Kind::Cluster, "c")
+        .await;
+    let about_paused: Vec<_> = changed
+        .iter()
+        .filter_map(|e| e.note.as_deref())
+        .filter(|n| n.starts_with("Paused:"))
+        .collect();
+    assert!(about_paused.is_empty(), "{about_paused:?}");
 }
 
 #[tokio::test]

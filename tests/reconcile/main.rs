@@ -115,15 +115,25 @@ async fn a_cluster_and_its_machine_are_applied_and_their_state_adopted() {
                 .any(|e| e.note.as_deref().is_some_and(|n| n.starts_with(prefix)))
         };
         [
-            "IdentityAllowed: ",
-            "StateReadable: ",
-            "ApplyJobSucceeded: ",
+            "StateReadable: Unknown/StateNotFound -> True/StateRead",
+            "ApplyJobSucceeded: Unknown/NoApplyYet -> True/ApplySucceeded",
+            "InfrastructureHealthy: Unknown/WaitingForProvisioning -> False/Provisioning",
+            "InfrastructureHealthy: False/Provisioning -> True/Healthy",
         ]
         .into_iter()
         .all(shown)
         .then_some(())
     })
     .await;
+    // A condition's first setting is no change, unless it starts out bad.
+    let first: Vec<String> = env
+        .events_about("ConditionChanged", Kind::Cluster, "c1")
+        .await
+        .into_iter()
+        .filter_map(|e| e.note)
+        .filter(|n| n.contains(": unset -> "))
+        .collect();
+    assert!(first.is_empty(), "{first:?}");
     // Adopted: every state Secret is owned by the object (not as its
     // controller), which the finalizer keeps until the destroy ran.
     let cluster = env.api::<TerraformCluster>().get("c1").await.unwrap();

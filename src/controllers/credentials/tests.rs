@@ -148,10 +148,24 @@ fn the_mirror_is_written_only_when_it_differs() {
         "n".into(),
         "u-2".into(),
     );
-    let Some(MirrorWrite::Replace(shared)) =
-        decide(&observed(Some(created.clone())), "ns", &other).write
+    assert_eq!(
+        decide(&observed(Some(created.clone())), "ns", &other).write,
+        Some(MirrorWrite::AddUser {
+            name: "captf-creds-id".into(),
+            user: other.clone(),
+        }),
+        "a new user of an up to date mirror is added by itself"
+    );
+    // New data: the mirror is rewritten, with the new user in it.
+    let mut stale = created.clone();
+    stale
+        .metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(crate::keys::SOURCE_HASH.into(), "old".into());
+    let Some(MirrorWrite::Replace(shared)) = decide(&observed(Some(stale)), "ns", &other).write
     else {
-        panic!("a new user is added")
+        panic!("new data rewrites the mirror")
     };
     assert_eq!(shared.metadata.owner_references.unwrap().len(), 2);
     // A Secret of that name that is not a mirror is left alone.

@@ -271,9 +271,12 @@ async fn perform<K: Workload>(
                 .map_err(Error::Kube)?;
         }
         Write::MarkApplied { digest } => {
-            durable::mark_applied(&secrets, K::KIND, &o.name, digest.as_deref())
+            let written = durable::mark_applied(&secrets, K::KIND, &o.name, digest.as_deref())
                 .await
-                .map_err(Error::Kube)?
+                .map_err(Error::Kube)?;
+            if let Some(written) = written {
+                super::cached::wrote_durable(ctx, o, written);
+            }
         }
         Write::Patch(patch) => version.patch::<K>(ctx, o, patch).await?,
         Write::Annotate { key, value } => {

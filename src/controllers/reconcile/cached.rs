@@ -305,6 +305,26 @@ pub async fn durable<K: Workload>(ctx: &Context, o: &Object) -> Result<Option<Ar
     Ok(read)
 }
 
+/// Keeps the durable inputs as this manager just wrote them, so that the
+/// watch event of its own write costs no read.
+pub fn wrote_durable(ctx: &Context, o: &Object, mut written: Secret) {
+    written.metadata.managed_fields = None;
+    ctx.watches.derived.durable.put(
+        &key(&o.namespace, &o.suffix),
+        Versions::of([&written.metadata]),
+        Arc::new(written),
+    );
+}
+
+/// Whether the watch has seen the durable inputs of the object.
+pub fn durable_seen<K: Workload>(ctx: &Context, o: &Object) -> bool {
+    let name = names::inputs_secret(K::KIND, &o.name);
+    ctx.watches
+        .managed_secrets
+        .get(&o.namespace, &name)
+        .is_some()
+}
+
 /// The verdict on the object's state lock. The Lease is the watched copy;
 /// when one of the object's own runner pods holds it, a pod seen ended
 /// settles it (an ended pod never runs again), one seen running counts as

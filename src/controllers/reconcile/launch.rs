@@ -15,12 +15,13 @@ use kube::api::{Api, DeleteParams, PostParams, Preconditions};
 use tracing::{info, warn};
 
 use super::Object;
+use super::cached;
 use super::has_annotation;
 use super::plan::{Draft, Note, Start};
 use super::record::record;
 use super::version::Version;
 use crate::api::ActiveJob;
-use crate::controllers::conditions::{Cond, RUNNER_RBAC_READY, Status};
+use crate::controllers::conditions::{self, Cond, RUNNER_RBAC_READY, Status};
 use crate::controllers::workload::Workload;
 use crate::controllers::{Context, Error};
 use crate::jobs::away;
@@ -32,6 +33,7 @@ use crate::jobs::rbac;
 use crate::keys::BLOCK_MOVE;
 use crate::metrics::LeaseWait;
 use crate::names;
+use crate::outputs;
 
 /// Lease waits re-check this often (ref §8.4).
 pub const LEASE_RECHECK: Duration = Duration::from_secs(30);
@@ -118,6 +120,7 @@ pub async fn launch<K: Workload>(
                 &sited(leases::run_lease(&request), site),
                 &jobs_api,
                 start.deadline,
+                ctx.watches.leases.get(site, &run_lease).is_some(),
             )
             .await?
             {
@@ -135,7 +138,8 @@ pub async fn launch<K: Workload>(
                 };
                 let lease = sited(lease, site);
                 let gate = lease.metadata.name.clone().unwrap_or_default();
-                match leases::acquire(&leases_api, &lease, &jobs_api, start.deadline).await? {
+                let seen = ctx.watches.leases.get(site, &gate).is_some();
+                match leases::acquire(&leases_api, &lease, &jobs_api, start.deadline, seen).await? {
                     Acquired::Taken => None,
                     Acquired::HeldBy(holder) => Some((
                         "WaitingForRunLease",
@@ -228,9 +232,13 @@ pub async fn launch<K: Workload>(
     }
     if let Some(record) = start.durable.clone() {
         let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace);
-        if let Err(e) = durable::write(&secrets, record, &o.uid).await {
-            release(ctx, o, &start, &job_name).await?;
-            return Err(Error::Durable(e));
+        let seen = cached::durable_seen::<K>(ctx, o);
+        match durable::write(&secrets, record, &o.uid, seen).await {
+            Ok(written) => cached::wrote_durable(ctx, o, written),
+            Err(e) => {
+                release(ctx, o, &start, &job_name).await?;
+                return Err(Error::Durable(e));
+            }
         }
     }
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), site);
@@ -282,6 +290,12 @@ pub async fn launch<K: Workload>(
         }
     }
     ctx.undone_starts.started(&o.uid);
+    if start.op == names::Op::Apply {
+        let current = draft.status_of(conditions::INFRASTRUCTURE_HEALTHY);
+        if let Some(cond) = outputs::apply_started(current) {
+            draft.set(cond);
+        }
+    }
     info!(namespace = %o.namespace, name = %o.name, job = %job_name, job_namespace = %site, "started {} Job: {}", start.op.as_str(), start.why);
     for note in start.job_notes {
         record(ctx, obj, o, &note.about(&created)).await;
@@ -388,7 +402,20 @@ async fn runner_rbac(
     draft: &mut Draft,
     account: &str,
 ) -> Result<bool, Error> {
-    match rbac::ensure(&ctx.client, &o.namespace, account).await {
+    let seen = rbac::in_place(
+        &o.namespace,
+        account,
+        ctx.watches.accounts.get(&o.namespace, account).is_some(),
+        ctx.watches
+            .bindings
+            .get(&o.namespace, names::RUNNER_RBAC)
+            .as_deref(),
+    );
+    let ensured = match seen {
+        true => Ok(()),
+        false => rbac::ensure(&ctx.client, &o.namespace, account).await,
+    };
+    match ensured {
         Ok(()) => {
             draft.set(Cond::new(
                 RUNNER_RBAC_READY,

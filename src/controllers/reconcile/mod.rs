@@ -401,10 +401,32 @@ fn finish(plan: &mut Plan, kind: names::Kind, deleting: bool) -> bool {
     started
 }
 
-/// ConditionChanged (ref §4), Warning when a condition turns False; Ready
-/// has its own summary and no event.
+/// The event of a condition's transition (ref §4). Ready has its own
+/// summary and no event; Paused has Paused and Resumed. Any other change
+/// of status or reason is a ConditionChanged, a Warning when it enters a
+/// bad state. A condition set for the first time is news only when it
+/// starts out bad: a new object's dozen first settings are not changes.
 fn condition_note(t: &Transition) -> Option<Note> {
-    if t.type_ == conditions::READY {
+    let was = t.from.as_ref().map(|(status, _)| *status);
+    match t.type_ {
+        conditions::READY => return None,
+        conditions::PAUSED => {
+            return match (was, t.to) {
+                (Some(Status::True), Status::True) | (_, Status::Unknown) => None,
+                (_, Status::True) => Some(Note::normal(
+                    "Paused",
+                    "the object is paused: no Job starts until it is resumed",
+                )),
+                (Some(Status::True), Status::False) => {
+                    Some(Note::normal("Resumed", "the object is no longer paused"))
+                }
+                (_, Status::False) => None,
+            };
+        }
+        _ => {}
+    }
+    let bad = conditions::bad(t.type_, t.to, t.reason);
+    if t.from.is_none() && !bad {
         return None;
     }
     let from = match &t.from {
@@ -413,9 +435,9 @@ fn condition_note(t: &Transition) -> Option<Note> {
     };
     let to = format!("{}/{}", t.to.as_str(), t.reason);
     let note = format!("{}: {from} -> {to}", t.type_);
-    let note = match t.to {
-        Status::False => Note::warning("ConditionChanged", note),
-        _ => Note::normal("ConditionChanged", note),
+    let note = match bad {
+        true => Note::warning("ConditionChanged", note),
+        false => Note::normal("ConditionChanged", note),
     };
     // One series per condition and state it changed to, so that a
     // describe shows each change rather than the first one counted.
@@ -423,45 +445,4 @@ fn condition_note(t: &Transition) -> Option<Note> {
 }
 
 #[cfg(test)]
-mod tests {
-    use kube::runtime::events::EventType;
-
-    use super::*;
-
-    #[test]
-    fn each_condition_change_is_its_own_series() {
-        let t = |type_, from: Option<(Status, &str)>, to, reason| Transition {
-            type_,
-            from: from.map(|(s, r)| (s, r.to_string())),
-            to,
-            reason,
-        };
-        // (transition, note, action, a warning)
-        for (tr, note, action, warning) in [
-            (
-                t("IdentityAllowed", None, Status::True, "IdentityAllowed"),
-                "IdentityAllowed: unset -> True/IdentityAllowed",
-                "IdentityAllowed=True/IdentityAllowed",
-                false,
-            ),
-            (
-                t(
-                    "StateReadable",
-                    Some((Status::True, "StateRead")),
-                    Status::False,
-                    "StateCorrupt",
-                ),
-                "StateReadable: True/StateRead -> False/StateCorrupt",
-                "StateReadable=False/StateCorrupt",
-                true,
-            ),
-        ] {
-            let n = condition_note(&tr).unwrap();
-            assert_eq!(n.reason, "ConditionChanged");
-            assert_eq!(n.note, note);
-            assert_eq!(n.action.as_deref(), Some(action));
-            assert_eq!(n.type_ == EventType::Warning, warning);
-        }
-        assert!(condition_note(&t(conditions::READY, None, Status::True, "Ready")).is_none());
-    }
-}
+mod tests;
