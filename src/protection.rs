@@ -41,15 +41,34 @@ fn index_path(index: usize) -> PointerBuf {
 }
 
 /// Adds the finalizer and label to the existing object `name`; nothing
-/// when it is gone or protected already.
-pub async fn protect_existing<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+/// when it is gone or protected already. `seen`: the object as a watch
+/// last showed it, taken as read; when the patch finds it changed or gone
+/// since, it is read live.
+pub async fn protect_existing<K>(
+    api: &Api<K>,
+    name: &str,
+    seen: Option<&K>,
+) -> Result<(), kube::Error>
 where
     K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    if let Some(seen) = seen {
+        match protect_as_read(api, name, seen).await {
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}
+            done => return done,
+        }
+    }
     let Some(obj) = api.get_opt(name).await? else {
         return Ok(());
     };
-    if is_protected(&obj) {
+    protect_as_read(api, name, &obj).await
+}
+
+async fn protect_as_read<K>(api: &Api<K>, name: &str, obj: &K) -> Result<(), kube::Error>
+where
+    K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    if is_protected(obj) {
         return Ok(());
     }
     // Guarded by the resourceVersion read: a list changed meanwhile fails

@@ -267,10 +267,11 @@ async fn three_chunk_state_is_backed_up_chunk_for_chunk_and_idempotently() {
     assert_eq!(count, 3, "{} bytes compressed", compressed.len());
 
     let set = fx.plan(&suffix).await;
-    assert_eq!(
-        backups::take(&fx.secrets, &set).await.unwrap(),
-        backups::Taken::New
-    );
+    let created = match backups::take(&fx.secrets, &set).await.unwrap() {
+        backups::Taken::New(created) => created,
+        other => panic!("not new: {other:?}"),
+    };
+    assert_eq!(created.len(), 3);
     // A second pass finds the set there with the same digest: not new.
     assert_eq!(
         backups::take(&fx.secrets, &set).await.unwrap(),

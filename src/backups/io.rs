@@ -53,10 +53,11 @@ fn is_status(error: &kube::Error, code: u16) -> bool {
 }
 
 /// What [`take`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Taken {
-    /// It created the set, or the rest of it.
-    New,
+    /// It created the set, or the rest of it: the Secrets it created, as
+    /// the API server answered.
+    New(Vec<Secret>),
     /// Every Secret of the set was there already, with its digest: an
     /// earlier pass took it (one that ran on an older status, or before a
     /// move), so it is not a new backup.
@@ -70,11 +71,15 @@ pub enum Taken {
 /// may have taken this backup.
 pub async fn take(api: &Api<Secret>, set: &BackupSet) -> Result<Taken, BackupError> {
     let mut created: Vec<String> = Vec::new();
+    let mut written = Vec::new();
     let mut failure = None;
     for secret in &set.secrets {
         let name = secret.metadata.name.clone().unwrap_or_default();
         match api.create(&PostParams::default(), secret).await {
-            Ok(_) => created.push(name),
+            Ok(answer) => {
+                created.push(name);
+                written.push(answer);
+            }
             Err(error) if is_status(&error, 409) => match api.get(&name).await {
                 Ok(found)
                     if annotation(&found, BACKUP_DIGEST) == Some(set.digest.as_str())
@@ -95,10 +100,10 @@ pub async fn take(api: &Api<Secret>, set: &BackupSet) -> Result<Taken, BackupErr
         }
     }
     let Some(cause) = failure else {
-        return Ok(if created.is_empty() {
+        return Ok(if written.is_empty() {
             Taken::Already
         } else {
-            Taken::New
+            Taken::New(written)
         });
     };
     Err(remove_partial(api, set, created, cause).await)

@@ -55,6 +55,8 @@ pub struct Context {
     pub watches: Arc<Watches>,
     /// Starts undone because their per-run Secret was refused.
     pub undone_starts: reconcile::UndoneStarts,
+    /// Jobs bookkept that the watch may not show so yet.
+    pub bookkept: reconcile::Bookkept,
     /// True once every watch and the three controllers' stores have
     /// listed: no pass runs before, as a machine's pass reads its cluster
     /// from the clusters' controller store, which lists on its own time.
@@ -218,6 +220,7 @@ pub async fn run(
         sweeps,
         watches: watches.clone(),
         undone_starts: Default::default(),
+        bookkept: Default::default(),
         listed,
     });
 

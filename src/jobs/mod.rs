@@ -22,6 +22,8 @@ pub mod variables;
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+
 use crate::keys::{CLUSTER_NAME_LABEL, MANAGED_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL};
 use crate::names::{self, Kind};
 
@@ -48,4 +50,13 @@ pub fn owner_labels(
 /// Reading again and deciding anew is the answer to both.
 pub(crate) fn lost_race(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(status) if status.is_conflict() || status.is_already_exists())
+}
+
+/// The runner container's status in a Job's `pod`, once it terminated.
+pub fn runner_terminated(pod: &Pod) -> Option<&ContainerStatus> {
+    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
+    statuses.iter().find(|c| {
+        c.name == builder::SOURCE_CONTAINER
+            && c.state.as_ref().is_some_and(|s| s.terminated.is_some())
+    })
 }

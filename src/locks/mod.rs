@@ -42,7 +42,7 @@ pub fn holder_pod(kind: Kind, name: &str, info: &LockInfo) -> Option<String> {
 }
 
 /// The holder pod as read live from the API server.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PodFact {
     Gone,
     Pending,

@@ -127,10 +127,11 @@ pub async fn act<K: Workload>(
     // Marked only once the status that accounts for them is written.
     for (namespace, job, outcome) in &plan.bookkept {
         let patch = json!({"metadata": {"annotations": {BOOKKEPT: outcome.as_str()}}});
-        Api::<Job>::namespaced(ctx.client.clone(), namespace)
+        let answer = Api::<Job>::namespaced(ctx.client.clone(), namespace)
             .patch(job, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(Error::Kube)?;
+        ctx.bookkept.wrote(&answer, outcome.as_str());
     }
     for count in &plan.counts {
         match *count {
@@ -174,7 +175,10 @@ async fn backup<K: Workload>(
         Ok(crate::backups::Taken::Already) => {
             plan.draft.status.observed_state_serial = Some(observed);
         }
-        Ok(crate::backups::Taken::New) => {
+        Ok(crate::backups::Taken::New(created)) => {
+            if created.len() == set.secrets.len() {
+                super::cached::took_backup(ctx, o, set.serial, &created);
+            }
             plan.counts.push(Count::Backups(BackupResult::Taken, 1));
             plan.draft.status.observed_state_serial = Some(observed);
             let name = names::backup_secret(&o.suffix, set.serial);
@@ -239,6 +243,7 @@ async fn perform<K: Workload>(
             chunks,
             inputs_hash,
         } => {
+            let mut patched = Vec::with_capacity(chunks.len());
             for chunk in chunks {
                 let mut metadata = json!({
                     "ownerReferences": chunk.owner_references,
@@ -256,7 +261,7 @@ async fn perform<K: Workload>(
                     metadata["finalizers"] = json!(finalizers);
                     metadata["labels"] = json!({ PROTECTED_LABEL: "true" });
                 }
-                secrets
+                let answer = secrets
                     .patch(
                         &chunk.name,
                         &PatchParams::default(),
@@ -264,9 +269,12 @@ async fn perform<K: Workload>(
                     )
                     .await
                     .map_err(Error::Kube)?;
+                patched.push((chunk.resource_version, answer));
             }
+            super::cached::adopted(ctx, o, patched);
             let lock = names::state_lock_lease(&o.suffix);
-            protection::protect_existing(&leases_api, &lock)
+            let seen = ctx.watches.lock_leases.get(&o.namespace, &lock);
+            protection::protect_existing(&leases_api, &lock, seen.as_deref())
                 .await
                 .map_err(Error::Kube)?;
         }

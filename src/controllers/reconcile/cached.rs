@@ -3,8 +3,13 @@
 //! data of a Secret is read from the API server only when the metadata
 //! watch shows it changed since it was last read; what a watched copy
 //! cannot settle safely (a lock holder's pod never seen) is read live.
+//! What the manager itself just wrote (the durable inputs, a state it
+//! adopted, a backup it took, a Job it bookkept) is kept as written, so
+//! that the watch events of its own writes cost no read.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ContainerStateTerminated, Namespace, Pod, Secret};
@@ -17,8 +22,8 @@ use crate::controllers::watches::{BackupSets, Versions, key};
 use crate::controllers::workload::Workload;
 use crate::controllers::{Context, Error};
 use crate::keys::{
-    BACKUP_LABEL, BACKUP_SUFFIX_LABEL, JOB_NAME_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL,
-    OWNER_UID_LABEL,
+    BACKUP_LABEL, BACKUP_SUFFIX_LABEL, BOOKKEPT, JOB_NAME_LABEL, OWNER_KIND_LABEL,
+    OWNER_NAME_LABEL, OWNER_UID_LABEL,
 };
 use crate::locks::{self, Assessment, PodFact, Verdict};
 use crate::names::{self, Kind};
@@ -44,6 +49,52 @@ pub fn jobs_of<K: Workload>(ctx: &Context, o: &Object) -> Vec<Job> {
         })
         .map(|j| (*j).clone())
         .collect()
+}
+
+/// The Jobs this manager bookkept, by uid, until the watch shows them so
+/// (kept a minute at most): a pass that comes before the watch takes them
+/// as bookkept, as the API server has them, instead of listing the Jobs
+/// live to find out.
+#[derive(Default)]
+pub struct Bookkept(Mutex<HashMap<String, (String, Instant)>>);
+
+/// How long [`Bookkept`] keeps a Job: far longer than a watch lags.
+const BOOKKEPT_KEPT: Duration = Duration::from_secs(60);
+
+impl Bookkept {
+    /// `job` as the bookkeeping write answered, with its value.
+    pub fn wrote(&self, job: &Job, value: &str) {
+        let Some(uid) = job.metadata.uid.clone() else {
+            return;
+        };
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, (_, at)| at.elapsed() < BOOKKEPT_KEPT);
+        map.insert(uid, (value.to_owned(), Instant::now()));
+    }
+
+    /// Marks the Jobs of `jobs` bookkept that this manager bookkept and
+    /// the watch does not show so yet.
+    pub fn mark(&self, jobs: &mut [Job]) {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if map.is_empty() {
+            return;
+        }
+        let shown = |j: &Job| {
+            j.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(BOOKKEPT))
+        };
+        for job in jobs.iter_mut().filter(|j| !shown(j)) {
+            let kept = job.metadata.uid.as_ref().and_then(|uid| map.get(uid));
+            if let Some((value, _)) = kept.filter(|(_, at)| at.elapsed() < BOOKKEPT_KEPT) {
+                job.metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert(BOOKKEPT.to_owned(), value.clone());
+            }
+        }
+    }
 }
 
 /// The Jobs of this object run from the manager's namespace `away`: its
@@ -133,11 +184,7 @@ fn runner_end<'a>(
 
 /// The runner container's end and image ID, once it terminated.
 fn pod_runner_end(pod: &Pod) -> Option<(Option<ContainerStateTerminated>, Option<String>)> {
-    let statuses = pod.status.as_ref()?.container_statuses.as_ref()?;
-    let c = statuses.iter().find(|c| {
-        c.name == crate::jobs::builder::SOURCE_CONTAINER
-            && c.state.as_ref().is_some_and(|s| s.terminated.is_some())
-    })?;
+    let c = crate::jobs::runner_terminated(pod)?;
     Some((
         c.state.as_ref().and_then(|s| s.terminated.clone()),
         Some(c.image_id.clone()).filter(|id| !id.is_empty()),
@@ -205,6 +252,44 @@ pub async fn state(
         Arc::new(read.without_data()),
     );
     Ok(Arc::new(read))
+}
+
+/// Keeps the state as read with the metadata of the manager's own
+/// adoption (`patched`: each chunk's version as read, and the chunk as the
+/// patch answered), so that the watch events of those writes cost no read
+/// of the state. Sound only because each patch was guarded by the version
+/// read and changed metadata alone: the data at the new versions is the
+/// data read. Anything else (a version not the one kept, an unguarded
+/// patch) keeps nothing, and the next pass reads the state.
+pub fn adopted(ctx: &Context, o: &Object, patched: Vec<(Option<String>, Secret)>) {
+    let key = key(&o.namespace, &o.suffix);
+    let cache = &ctx.watches.derived.states;
+    let Some(kept) = cache.last(&key) else {
+        return;
+    };
+    let mut secrets = kept.secrets.clone();
+    for (read_at, answer) in patched {
+        let Some(chunk) = secrets
+            .iter_mut()
+            .find(|s| s.metadata.name == answer.metadata.name)
+        else {
+            return;
+        };
+        if read_at.is_none() || chunk.metadata.resource_version != read_at {
+            return;
+        }
+        chunk.metadata = answer.metadata;
+    }
+    let adopted = Snapshot {
+        readable: kept.readable.clone(),
+        secrets,
+    }
+    .without_data();
+    cache.put(
+        &key,
+        Versions::of(adopted.secrets.iter().map(|s| &s.metadata)),
+        Arc::new(adopted),
+    );
 }
 
 /// The object's backups: the backup Secrets of its suffix that it owns, as
@@ -277,6 +362,26 @@ pub async fn backups(
         .collect();
     cache.put(&key, Versions::default(), Arc::new(judged));
     Ok(Arc::new(Listed { secrets, infos }))
+}
+
+/// Keeps a backup set this manager just created whole as judged from the
+/// Secrets as created, so that the watch event of its own write costs no
+/// read.
+pub fn took_backup(ctx: &Context, o: &Object, serial: u64, created: &[Secret]) {
+    let Some(info) = backups::list(created, &o.suffix)
+        .into_iter()
+        .find(|i| i.serial == serial)
+    else {
+        return;
+    };
+    let key = key(&o.namespace, &o.suffix);
+    let cache = &ctx.watches.derived.backups;
+    let mut judged = cache.last(&key).map(|b| (*b).clone()).unwrap_or_default();
+    judged.insert(
+        serial,
+        (Versions::of(created.iter().map(|s| &s.metadata)), info),
+    );
+    cache.put(&key, Versions::default(), Arc::new(judged));
 }
 
 /// The durable inputs Secret of the object, when it exists.
@@ -412,5 +517,31 @@ mod tests {
         assert_eq!(exit(&all, "job-uid"), Some(Some(0)));
         // A Job without a uid (never from the API server) controls nothing.
         assert_eq!(exit(&all, ""), None);
+    }
+
+    #[test]
+    fn a_job_bookkept_here_counts_as_bookkept_before_the_watch_shows_it() {
+        let job = |uid: &str, bookkept: Option<&str>| {
+            let mut j = Job::default();
+            j.metadata.uid = Some(uid.into());
+            j.metadata.annotations =
+                bookkept.map(|v| [(BOOKKEPT.to_string(), v.to_string())].into());
+            j
+        };
+        let kept = Bookkept::default();
+        let mut jobs = vec![job("a", None)];
+        kept.mark(&mut jobs);
+        assert_eq!(jobs, vec![job("a", None)], "nothing bookkept yet");
+        kept.wrote(&job("a", Some("succeeded")), "succeeded");
+        let mut jobs = vec![job("a", None), job("b", None), job("c", Some("failed"))];
+        kept.mark(&mut jobs);
+        assert_eq!(
+            jobs,
+            vec![
+                job("a", Some("succeeded")),
+                job("b", None),
+                job("c", Some("failed"))
+            ]
+        );
     }
 }

@@ -30,6 +30,7 @@ mod settle;
 mod start;
 mod version;
 
+pub use cached::Bookkept;
 pub use launch::UndoneStarts;
 
 use std::sync::Arc;

@@ -99,6 +99,7 @@ pub async fn observe<K: Workload>(
     if let Some(away) = away {
         jobs.extend(cached::away_jobs_of::<K>(ctx, o, away));
     }
+    ctx.bookkept.mark(&mut jobs);
     // A Job to settle: the Jobs as the API server has them now.
     if !ledger::ledger(&jobs).unsettled.is_empty() {
         jobs = cached::live_jobs_of::<K>(ctx, o, away).await?;

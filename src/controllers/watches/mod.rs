@@ -18,6 +18,7 @@ mod sources;
 mod wake;
 mod workloads;
 
+use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
@@ -192,12 +193,14 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
     let variables = || watcher::Config::default().labels(&format!("{VARIABLES_LABEL}=true"));
     let all = watcher::Config::default;
 
-    let jobs = b
-        .by(OWNER_NAME_LABEL)
-        .full(scope, managed(), wake.by_owner_labels());
+    // What a pass reads of Jobs and their pods changes far less often
+    // than they do: only those changes wake it.
+    let jobs =
+        b.by(OWNER_NAME_LABEL)
+            .keyed(scope, managed(), wake::job_key, wake.by_owner_labels());
     let pods = b
         .by(JOB_NAME_LABEL)
-        .full(scope, managed(), wake.by_owner_labels());
+        .keyed(scope, managed(), wake::pod_key, wake.by_owner_labels());
     let lock_leases = b.full(scope, tfstate(), wake.by_owner_labels());
     // The cluster write lease wakes the machines and pools waiting on it.
     let leases = b.full(scope, managed(), wake.of_cluster_lease());
@@ -224,6 +227,7 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
             namespace_config,
         ),
         None,
+        None,
         |_: &PartialObjectMeta<Namespace>| {},
     );
     let identities = b.spawn(
@@ -231,6 +235,7 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
             Api::<TerraformClusterIdentity>::all(scope.client.clone()),
             all(),
         ),
+        None,
         None,
         |_: &TerraformClusterIdentity| {},
     );
@@ -257,6 +262,10 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
         synced: b.synced,
     }
 }
+
+/// What of an object's change is worth a pass: a change that leaves its
+/// key as it was wakes nothing (its store takes it all the same).
+type WakeKey<K> = fn(&K) -> u64;
 
 #[derive(Default)]
 struct Builder {
@@ -290,6 +299,45 @@ impl Builder {
             + Sync
             + 'static,
     {
+        self.watch(scope, config, None, wake)
+    }
+
+    /// [`Self::full`], waking only on a change of `key`.
+    fn keyed<K>(
+        &mut self,
+        scope: &Scope,
+        config: watcher::Config,
+        key: WakeKey<K>,
+        wake: impl Fn(&K) + Clone + Send + 'static,
+    ) -> Scoped<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.watch(scope, config, Some(key), wake)
+    }
+
+    fn watch<K>(
+        &mut self,
+        scope: &Scope,
+        config: watcher::Config,
+        key: Option<WakeKey<K>>,
+        wake: impl Fn(&K) + Clone + Send + 'static,
+    ) -> Scoped<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+            + Clone
+            + std::fmt::Debug
+            + serde::de::DeserializeOwned
+            + Send
+            + Sync
+            + 'static,
+    {
         let index = self.index.take().map(|l| Arc::new(Index::new(l)));
         let stores = scope
             .namespaces()
@@ -298,6 +346,7 @@ impl Builder {
                 self.spawn(
                     watcher::watcher(scope.api::<K>(ns), config.clone()),
                     index.clone(),
+                    key,
                     wake.clone(),
                 )
             })
@@ -306,11 +355,13 @@ impl Builder {
     }
 
     /// Reflects `events` into a store (and `index`); each change, once in
-    /// the store, goes to `wake`.
+    /// the store, goes to `wake`: a removal always, another change when it
+    /// changed the object's `key`, if it has one.
     fn spawn<K>(
         &mut self,
         events: impl Stream<Item = watcher::Result<watcher::Event<K>>> + Send + 'static,
         index: Option<Arc<Index>>,
+        key: Option<WakeKey<K>>,
         wake: impl Fn(&K) + Send + 'static,
     ) -> Store<K>
     where
@@ -326,11 +377,20 @@ impl Builder {
         let reflected = reflector::reflector(writer, events);
         self.tasks.push(tokio::spawn(async move {
             let mut reflected = std::pin::pin!(reflected);
+            // The key each object last woke with, by uid; a relist starts
+            // afresh (what it no longer lists is not seen removed).
+            let mut keys: HashMap<String, u64> = HashMap::new();
             while let Some(event) = reflected.next().await {
                 match event {
                     Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
                         if let Some(index) = &index {
                             index.update(o.meta(), false);
+                        }
+                        if let Some(key) = key {
+                            let k = key(&o);
+                            if keys.insert(o.meta().uid.clone().unwrap_or_default(), k) == Some(k) {
+                                continue;
+                            }
                         }
                         wake(&o);
                     }
@@ -338,8 +398,10 @@ impl Builder {
                         if let Some(index) = &index {
                             index.update(o.meta(), true);
                         }
+                        keys.remove(o.meta().uid.as_deref().unwrap_or_default());
                         wake(&o);
                     }
+                    Ok(watcher::Event::Init) => keys.clear(),
                     Ok(_) => {}
                     Err(e) => warn!(kind, "watch: {e}"),
                 }

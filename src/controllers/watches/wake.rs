@@ -1,7 +1,11 @@
 //! Which objects a change wakes: each watch hands what changed here, once
 //! its store has it, and the objects it concerns get a pass.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
+
 use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender, unbounded};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -9,11 +13,14 @@ use kube::{Resource, ResourceExt};
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
 use crate::capi::objects::{Cluster, ContractRef, Machine, MachinePool};
 use crate::capi::owners::owner_ref;
+use crate::controllers::ledger;
 use crate::controllers::workload::Workload;
+use crate::jobs;
 use crate::jobs::variables::{self, SourceKind};
 use crate::keys::{
     CLUSTER_NAME_LABEL, LEASE_LABEL, OWNER_KIND_LABEL, OWNER_NAME_LABEL, OWNER_UID_LABEL,
 };
+use crate::locks::PodFact;
 use crate::names::{self, Kind};
 
 /// The objects of one kind a change can wake: its controller's store, and
@@ -238,5 +245,204 @@ impl Wake {
     pub fn of_dependent<K: Workload>(&self, o: &K) {
         self.clusters
             .in_cluster(o.meta().namespace.as_deref(), o.cluster_name(), true);
+    }
+}
+
+/// What a pass reads of a Job's pod: its phase and whether it is being
+/// deleted (the lock holder's), and whether its runner ended. Its other
+/// changes (scheduled, a container started, ready) wake nothing.
+pub fn pod_key(pod: &Pod) -> u64 {
+    hash((
+        PodFact::of(Some(pod)),
+        jobs::runner_terminated(pod).is_some(),
+    ))
+}
+
+/// What a pass reads of a Job: its labels and annotations (its operation,
+/// attempt and bookkeeping), whether it is being deleted, and its end. Its
+/// counts of active, ready and terminating pods wake nothing.
+pub fn job_key(job: &Job) -> u64 {
+    let m = &job.metadata;
+    hash((
+        &m.labels,
+        &m.annotations,
+        m.deletion_timestamp.is_some(),
+        ledger::job_end(job).map(|e| (e.succeeded, e.deadline)),
+    ))
+}
+
+fn hash(what: impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    what.hash(&mut h);
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStatus, Pod,
+        PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::{job_key, pod_key};
+    use crate::jobs::builder::SOURCE_CONTAINER;
+
+    type Edit<'a, K> = &'a dyn Fn(&mut K);
+
+    fn runner(state: ContainerState) -> ContainerStatus {
+        ContainerStatus {
+            name: SOURCE_CONTAINER.into(),
+            state: Some(state),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_pod_wakes_on_its_phase_its_deletion_and_its_runner_ending() {
+        let base = Pod {
+            status: Some(PodStatus {
+                phase: Some("Pending".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let was = pod_key(&base);
+        let changed = |edit: &dyn Fn(&mut Pod)| {
+            let mut p = base.clone();
+            edit(&mut p);
+            pod_key(&p) != was
+        };
+        let status = |p: &mut Pod| p.status.get_or_insert_with(Default::default).clone();
+        let cases: [(&str, Edit<Pod>, bool); 6] = [
+            ("scheduled", &|p| p.spec = Some(Default::default()), false),
+            (
+                "runner started",
+                &|p| {
+                    let mut s = status(p);
+                    s.container_statuses = Some(vec![runner(ContainerState {
+                        running: Some(ContainerStateRunning::default()),
+                        ..Default::default()
+                    })]);
+                    p.status = Some(s);
+                },
+                false,
+            ),
+            (
+                "running",
+                &|p| {
+                    let mut s = status(p);
+                    s.phase = Some("Running".into());
+                    p.status = Some(s);
+                },
+                true,
+            ),
+            (
+                "failed",
+                &|p| {
+                    let mut s = status(p);
+                    s.phase = Some("Failed".into());
+                    p.status = Some(s);
+                },
+                true,
+            ),
+            (
+                "runner ended",
+                &|p| {
+                    let mut s = status(p);
+                    s.container_statuses = Some(vec![runner(ContainerState {
+                        terminated: Some(ContainerStateTerminated::default()),
+                        ..Default::default()
+                    })]);
+                    p.status = Some(s);
+                },
+                true,
+            ),
+            (
+                "deleted",
+                &|p| {
+                    p.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+                },
+                true,
+            ),
+        ];
+        for (what, edit, wakes) in cases {
+            assert_eq!(changed(edit), wakes, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_job_wakes_on_its_metadata_and_its_end() {
+        let base = Job::default();
+        let was = job_key(&base);
+        let changed = |edit: &dyn Fn(&mut Job)| {
+            let mut j = base.clone();
+            edit(&mut j);
+            job_key(&j) != was
+        };
+        let condition = |type_: &str, status: &str| JobStatus {
+            conditions: Some(vec![JobCondition {
+                type_: type_.into(),
+                status: status.into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let cases: [(&str, Edit<Job>, bool); 7] = [
+            (
+                "active",
+                &|j| {
+                    j.status = Some(JobStatus {
+                        active: Some(1),
+                        ready: Some(1),
+                        ..Default::default()
+                    });
+                },
+                false,
+            ),
+            (
+                "success criteria met",
+                &|j| {
+                    j.status = Some(condition("SuccessCriteriaMet", "True"));
+                },
+                false,
+            ),
+            (
+                "complete",
+                &|j| j.status = Some(condition("Complete", "True")),
+                true,
+            ),
+            (
+                "failed",
+                &|j| j.status = Some(condition("Failed", "True")),
+                true,
+            ),
+            (
+                "annotated",
+                &|j| {
+                    j.metadata.annotations = Some([("a".into(), "b".into())].into());
+                },
+                true,
+            ),
+            (
+                "labelled",
+                &|j| {
+                    j.metadata.labels = Some([("a".into(), "b".into())].into());
+                },
+                true,
+            ),
+            (
+                "deleted",
+                &|j| {
+                    j.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+                },
+                true,
+            ),
+        ];
+        for (what, edit, wakes) in cases {
+            assert_eq!(changed(edit), wakes, "{what}");
+        }
     }
 }

@@ -1,15 +1,16 @@
 //! The workload kinds' own watches: each feeds its controller's store and
 //! wakes the kinds that depend on it.
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use futures::channel::mpsc::UnboundedReceiver;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
 
 use super::{Scope, Target, Wake, Watches};
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
@@ -101,7 +102,7 @@ pub fn view(scope: &Scope, config: &watcher::Config) -> View {
 
 /// A workload kind's watch into its store: every change (a removal too)
 /// goes to `wake` once stored; a removed object's derived copies are
-/// dropped.
+/// dropped. The object's own pass follows only changes [`asks_for_pass`].
 fn events<K: Workload>(
     api: Api<K>,
     config: &watcher::Config,
@@ -129,5 +130,108 @@ fn events<K: Workload>(
             _ => {}
         })
         .applied_objects()
+        .predicate_filter(asks_for_pass, PredicateConfig::default())
         .boxed()
+}
+
+/// What of an object's own change asks for its pass: all but its status.
+/// Only the passes write the status, and the echo of each write would cost
+/// a pass that finds nothing new (a Job's four status writes were as many
+/// passes); what a pass waits for comes from the other watches, its
+/// requeue, or a change of the object's spec or metadata.
+fn asks_for_pass<K: Resource>(o: &K) -> Option<u64> {
+    let m = o.meta();
+    let mut h = DefaultHasher::new();
+    m.generation.hash(&mut h);
+    m.labels.hash(&mut h);
+    m.annotations.hash(&mut h);
+    m.finalizers.hash(&mut h);
+    m.deletion_timestamp.is_some().hash(&mut h);
+    for r in o.owner_references() {
+        (&r.api_version, &r.kind, &r.name, &r.uid, r.controller).hash(&mut h);
+    }
+    Some(h.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+
+    use super::asks_for_pass;
+    use crate::api::{TerraformMachine, TerraformMachineSpec, TerraformMachineStatus};
+
+    type Edit<'a> = &'a dyn Fn(&mut TerraformMachine);
+
+    #[test]
+    fn only_a_change_beside_the_status_asks_for_a_pass() {
+        let mut base = TerraformMachine::new("tm", TerraformMachineSpec::default());
+        base.metadata.generation = Some(1);
+        base.metadata.resource_version = Some("1".into());
+        let was = asks_for_pass(&base);
+        let changed = |edit: &dyn Fn(&mut TerraformMachine)| {
+            let mut o = base.clone();
+            edit(&mut o);
+            asks_for_pass(&o) != was
+        };
+        let cases: [(&str, Edit, bool); 8] = [
+            (
+                "status and version",
+                &|o| {
+                    o.status = Some(TerraformMachineStatus::default());
+                    o.metadata.resource_version = Some("2".into());
+                },
+                false,
+            ),
+            (
+                "managed fields",
+                &|o| o.metadata.managed_fields = Some(vec![]),
+                false,
+            ),
+            (
+                "generation (spec)",
+                &|o| o.metadata.generation = Some(2),
+                true,
+            ),
+            (
+                "labels",
+                &|o| o.metadata.labels = Some([("a".into(), "b".into())].into()),
+                true,
+            ),
+            (
+                "annotations",
+                &|o| {
+                    o.metadata.annotations = Some([("a".into(), "b".into())].into());
+                },
+                true,
+            ),
+            (
+                "finalizers",
+                &|o| o.metadata.finalizers = Some(vec!["f".into()]),
+                true,
+            ),
+            (
+                "deletion",
+                &|o| {
+                    o.metadata.deletion_timestamp =
+                        Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+                },
+                true,
+            ),
+            (
+                "owner",
+                &|o| {
+                    o.metadata.owner_references = Some(vec![OwnerReference {
+                        kind: "Machine".into(),
+                        name: "m".into(),
+                        uid: "u".into(),
+                        ..Default::default()
+                    }]);
+                },
+                true,
+            ),
+        ];
+        for (what, edit, asks) in cases {
+            assert_eq!(changed(edit), asks, "{what}");
+        }
+    }
 }
