@@ -69,7 +69,27 @@ impl CapiManager {
         CapiManager::spawn(plane, None).await
     }
 
+    /// Started on free ports; started again on others when one was taken
+    /// between its pick and the manager's bind (CI failed once so: "listen
+    /// tcp :22320: bind: address already in use").
     async fn spawn(plane: &ControlPlane, namespace: Option<&str>) -> CapiManager {
+        for _ in 0..2 {
+            match CapiManager::spawn_once(plane, namespace).await {
+                Ok(manager) => return manager,
+                Err(log) if log.contains("address already in use") => continue,
+                Err(log) => panic!("the Cluster API manager exited:\n{log}"),
+            }
+        }
+        match CapiManager::spawn_once(plane, namespace).await {
+            Ok(manager) => manager,
+            Err(log) => panic!("the Cluster API manager exited:\n{log}"),
+        }
+    }
+
+    async fn spawn_once(
+        plane: &ControlPlane,
+        namespace: Option<&str>,
+    ) -> Result<CapiManager, String> {
         let binary = controlplane::bin_dir().join(format!("capi-manager-v{}", version()));
         assert!(
             binary.exists(),
@@ -110,8 +130,8 @@ impl CapiManager {
         let child =
             spawn_owned(cmd).unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()));
         let mut manager = CapiManager { child, dir };
-        manager.wait_ready(health_port).await;
-        manager
+        manager.wait_ready(health_port).await?;
+        Ok(manager)
     }
 
     /// Its log, for failure messages.
@@ -140,17 +160,15 @@ impl CapiManager {
         }
     }
 
-    async fn wait_ready(&mut self, health_port: u16) {
+    /// Until it is ready; its log when it exited first.
+    async fn wait_ready(&mut self, health_port: u16) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "the Cluster API manager exited with {status}:\n{}",
-                    self.log()
-                );
+                return Err(format!("{status}:\n{}", self.log()));
             }
             if http_status(health_port, "/readyz") == Some(200) {
-                return;
+                return Ok(());
             }
             assert!(
                 Instant::now() < deadline,
