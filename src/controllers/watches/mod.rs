@@ -267,6 +267,29 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
 /// key as it was wakes nothing (its store takes it all the same).
 type WakeKey<K> = fn(&K) -> u64;
 
+/// A namespaced kind a [`Builder`] can watch.
+trait Watched:
+    kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 #[derive(Default)]
 struct Builder {
     tasks: Vec<JoinHandle<()>>,
@@ -291,13 +314,7 @@ impl Builder {
         wake: impl Fn(&K) + Clone + Send + 'static,
     ) -> Scoped<K>
     where
-        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        K: Watched,
     {
         self.watch(scope, config, None, wake)
     }
@@ -311,13 +328,7 @@ impl Builder {
         wake: impl Fn(&K) + Clone + Send + 'static,
     ) -> Scoped<K>
     where
-        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        K: Watched,
     {
         self.watch(scope, config, Some(key), wake)
     }
@@ -330,13 +341,7 @@ impl Builder {
         wake: impl Fn(&K) + Clone + Send + 'static,
     ) -> Scoped<K>
     where
-        K: kube::Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + std::fmt::Debug
-            + serde::de::DeserializeOwned
-            + Send
-            + Sync
-            + 'static,
+        K: Watched,
     {
         let index = self.index.take().map(|l| Arc::new(Index::new(l)));
         let stores = scope
