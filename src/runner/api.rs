@@ -1,5 +1,6 @@
 //! The runner's own calls to the API server: reading and writing the saved
-//! plan's Secret. The runner reaches the API as the backend does, with the
+//! plan's Secret, and releasing a stale lock that init itself cannot get
+//! past. The runner reaches the API as the backend does, with the
 //! pod's in-cluster credentials, or the kubeconfig the backend was given.
 //! Every call has a short deadline.
 
@@ -7,9 +8,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
 use kube::config::{Config, KubeConfigOptions, Kubeconfig};
+
+use crate::keys::LOCK_INFO;
 
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -74,4 +78,30 @@ pub async fn replace_secret_data(
     secret.string_data = None;
     timed(api.replace(name, &PostParams::default(), &secret)).await?;
     Ok(())
+}
+
+/// Releases the lock Lease `name` if it is still held under `id`, as the
+/// backend's own unlock does: the holder cleared and the lock info removed,
+/// the Lease kept. The write is guarded by the version read, so a lock taken
+/// under another ID in between is never touched. Whether it released it.
+pub async fn release_lock(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    id: &str,
+) -> Result<bool, ApiError> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
+    let Some(mut lease) = timed(api.get_opt(name)).await? else {
+        return Ok(false);
+    };
+    let spec = lease.spec.get_or_insert_default();
+    if spec.holder_identity.as_deref() != Some(id) {
+        return Ok(false);
+    }
+    spec.holder_identity = None;
+    if let Some(annotations) = lease.metadata.annotations.as_mut() {
+        annotations.remove(LOCK_INFO);
+    }
+    timed(api.replace(name, &PostParams::default(), &lease)).await?;
+    Ok(true)
 }

@@ -184,6 +184,13 @@ impl RunArgs {
             .iter()
             .find_map(|kv| kv.strip_prefix("namespace="))
     }
+
+    /// The backend's `secret_suffix`, which names the state and its lock.
+    pub fn secret_suffix(&self) -> Option<&str> {
+        self.backend_config
+            .iter()
+            .find_map(|kv| kv.strip_prefix("secret_suffix="))
+    }
 }
 
 /// `path` inside `root`: an absolute path loses its leading `/`.

@@ -29,7 +29,7 @@ use std::sync::Arc;
 pub use args::RunArgs;
 
 use crate::api::{RunError, RunErrorKind};
-use crate::names::Op;
+use crate::names::{self, Op};
 use args::{Paths, whole_seconds};
 use events::{Emitter, Type};
 use exec::{Finished, Invocation, Signals, Stopped};
@@ -296,7 +296,16 @@ impl Runner<'_> {
                 stdout: step.stdout,
                 ..base
             };
-            match self.step(step, &inv).await {
+            let mut outcome = self.step(step, &inv).await;
+            if step.name == StepName::Init
+                && outcome
+                    .as_ref()
+                    .is_err_and(|e| e.kind == RunErrorKind::Step)
+                && self.release_stale_lock().await
+            {
+                outcome = self.step(step, &inv).await;
+            }
+            match outcome {
                 Err(e) if e.kind == RunErrorKind::PlanChanged && self.store.is_some() => {
                     // An approved plan the state moved past: the fresh one
                     // is kept for approval instead.
@@ -310,6 +319,43 @@ impl Runner<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Releases the stale lock the Job was given when init failed on it:
+    /// with no state yet, the backend takes the lock to create the empty
+    /// state during init, so a lock an interrupted init left behind stops
+    /// every later init, and force-unlock, which needs init, can never run.
+    /// Only the lock under the stale ID is released; whether it was, so
+    /// that init runs again.
+    async fn release_stale_lock(&mut self) -> bool {
+        let Some(id) = self.args.force_unlock.clone() else {
+            return false;
+        };
+        let (Some(namespace), Some(suffix)) = (self.args.namespace(), self.args.secret_suffix())
+        else {
+            return false;
+        };
+        let (namespace, lease) = (namespace.to_owned(), names::state_lock_lease(suffix));
+        let released = match self.client().await {
+            Ok(client) => api::release_lock(&client, &namespace, &lease, &id)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        match released {
+            Ok(true) => {
+                self.log.say(&format!(
+                    "init failed while Lease {lease} was held under the stale lock {id}: released it, and init runs again"
+                ));
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                self.log
+                    .say(&format!("releasing the stale lock on Lease {lease}: {e}"));
+                false
+            }
+        }
     }
 
     /// The API client, made once: with the backend's credentials.

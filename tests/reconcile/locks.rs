@@ -160,6 +160,33 @@ async fn a_runner_pod_deleted_outright_leaves_a_stale_lock_that_the_next_job_for
     next_job_force_unlocks(&env, "m").await;
 }
 
+/// An init cut off between taking the lock and creating the empty state
+/// (an API server restart did it in CI) leaves a lock and no state: init
+/// cannot run while it is held, and force-unlock needs init. The Job that
+/// was given the stale lock releases it itself and runs init again.
+#[tokio::test]
+async fn a_stale_lock_with_no_state_yet_is_released_by_the_next_job() {
+    let env = setup(MANAGER, "initlock", &[], &[]).await;
+    env.cluster("c", NOOP, None).await;
+    // One of the machine's own runner pods, which does not exist.
+    put_lock(&env, "m", "runner@captf-m-m-apply-a1-abc123-x7k2p").await;
+    env.machine("m", "c", None).await;
+    let status = within(&env, 240, "the machine applied", || async {
+        env.machine_status("m").await.filter(applied)
+    })
+    .await;
+    let run = status.last_run.unwrap();
+    let steps: Vec<&str> = run
+        .steps
+        .iter()
+        .flatten()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(steps, ["init", "init", "force-unlock", "validate", "apply"]);
+    assert_eq!(env.events("ForceUnlocked").await.len(), 1);
+    assert_eq!(lock_holder(&env, "m").await, None);
+}
+
 #[tokio::test]
 async fn a_terminating_runner_pod_keeps_its_lock_until_it_is_gone() {
     let env = setup(MANAGER, "termlock", &[], &[]).await;
