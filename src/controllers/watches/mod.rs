@@ -14,6 +14,7 @@
 
 mod derived;
 mod index;
+mod lean;
 mod sources;
 mod wake;
 mod workloads;
@@ -23,12 +24,11 @@ use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::RoleBinding;
-use kube::ResourceExt;
 use kube::api::{Api, PartialObjectMeta};
 use kube::core::NamespaceResourceScope;
 use kube::runtime::reflector::{self, Lookup, ObjectRef, Store};
@@ -45,6 +45,7 @@ use crate::state;
 
 pub use derived::{BackupSets, Derived, Versions, key};
 use index::Index;
+pub use lean::Lean;
 pub use sources::Sources;
 pub use wake::{Target, Wake};
 pub use workloads::{Feed, View, Workloads, view};
@@ -223,18 +224,20 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
     };
     let namespaces = b.spawn(
         watcher::watcher(
-            Api::<PartialObjectMeta<Namespace>>::all(scope.client.clone()),
+            Api::<Lean<PartialObjectMeta<Namespace>>>::all(scope.client.clone()),
             namespace_config,
-        ),
+        )
+        .map_ok(lean::unwrap),
         None,
         None,
         |_: &PartialObjectMeta<Namespace>| {},
     );
     let identities = b.spawn(
         watcher::watcher(
-            Api::<TerraformClusterIdentity>::all(scope.client.clone()),
+            Api::<Lean<TerraformClusterIdentity>>::all(scope.client.clone()),
             all(),
-        ),
+        )
+        .map_ok(lean::unwrap),
         None,
         None,
         |_: &TerraformClusterIdentity| {},
@@ -349,7 +352,7 @@ impl Builder {
             .into_iter()
             .map(|ns| {
                 self.spawn(
-                    watcher::watcher(scope.api::<K>(ns), config.clone()),
+                    watcher::watcher(scope.api::<Lean<K>>(ns), config.clone()).map_ok(lean::unwrap),
                     index.clone(),
                     key,
                     wake.clone(),
@@ -375,10 +378,8 @@ impl Builder {
     {
         let kind = K::kind(&Default::default()).into_owned();
         let (reader, writer) = reflector::store();
-        // Nothing reads the managed fields: they are not kept.
-        let events = events
-            .default_backoff()
-            .modify(|o| o.managed_fields_mut().clear());
+        // Decoded without their managed fields ([`Lean`]).
+        let events = events.default_backoff();
         let reflected = reflector::reflector(writer, events);
         self.tasks.push(tokio::spawn(async move {
             let mut reflected = std::pin::pin!(reflected);

@@ -12,7 +12,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
-use super::{Scope, Target, Wake, Watches};
+use super::{Lean, Scope, Target, Wake, Watches};
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
 use crate::controllers::workload::Workload;
 use crate::names;
@@ -104,16 +104,17 @@ pub fn view(scope: &Scope, config: &watcher::Config) -> View {
 /// goes to `wake` once stored; a removed object's derived copies are
 /// dropped. The object's own pass follows only changes [`asks_for_pass`].
 fn events<K: Workload>(
-    api: Api<K>,
+    api: Api<Lean<K>>,
     config: &watcher::Config,
     writer: reflector::store::Writer<K>,
     watches: &Arc<Watches>,
     wake: impl Fn(&K) + Send + 'static,
 ) -> BoxStream<'static, Result<K, watcher::Error>> {
     let watches = watches.clone();
+    // Decoded without their managed fields ([`Lean`]).
     let events = watcher::watcher(api, config.clone())
-        .default_backoff()
-        .modify(|o: &mut K| o.managed_fields_mut().clear());
+        .map_ok(super::lean::unwrap)
+        .default_backoff();
     reflector::reflector(writer, events)
         .inspect_ok(move |event| match event {
             watcher::Event::Apply(o) | watcher::Event::InitApply(o) => wake(o),
