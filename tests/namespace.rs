@@ -71,7 +71,13 @@ async fn abandon<K: captf::controllers::workload::Workload>(env: &Env, name: &st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_namespace_destroys_applied_objects_from_the_managers_namespace() {
-    let mut env = setup(MANAGER, "ns-delete", &[], &["--sync-period=3s"]).await;
+    let mut env = setup(
+        MANAGER,
+        "ns-delete",
+        &[("API_TOKEN", "t0ken-away")],
+        &["--sync-period=3s"],
+    )
+    .await;
     env.run_away_pods().await;
     let marks = tempfile::tempdir().unwrap();
     let mark = |name: &str| marks.path().join(name);
@@ -107,7 +113,12 @@ async fn deleting_a_namespace_destroys_applied_objects_from_the_managers_namespa
         (Kind::Machine, "m2"),
         (Kind::Cluster, "c"),
     ] {
-        assert!(mark(name).exists(), "{name} was not destroyed");
+        // With the identity's credentials, copied beside the Job.
+        assert_eq!(
+            std::fs::read_to_string(mark(name)).ok().as_deref(),
+            Some("t0ken-away"),
+            "{name} was not destroyed with its credentials"
+        );
         assert!(!away.destroys(kind, name).is_empty(), "{kind:?} {name}");
         assert!(home.destroys(kind, name).is_empty(), "{kind:?} {name}");
     }

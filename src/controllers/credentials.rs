@@ -3,12 +3,15 @@
 //! and the mirror Secret `captf-creds-<identity>` the Job mounts.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{
+    Api, DeleteParams, ListParams, ObjectMeta, PartialObjectMeta, Patch, PatchParams, PostParams,
+};
 use kube::core::{Selector, SelectorExt};
 use sha2::{Digest, Sha256};
 
@@ -85,14 +88,16 @@ pub fn source_hash(data: &BTreeMap<String, ByteString>) -> String {
 
 /// What a pass reads for the credentials: the identity, the namespace's
 /// labels (read with the namespace), the identity's Secret (only when the
-/// namespace is allowed) and the mirror.
+/// namespace is allowed) and the mirror's metadata (its data is the
+/// source's, by its hash annotation). Shared with the watches, not copied:
+/// the mirror lists every user of the namespace.
 #[derive(Clone, Debug, Default)]
 pub struct Observed {
     pub name: Option<String>,
-    pub identity: Option<TerraformClusterIdentity>,
+    pub identity: Option<Arc<TerraformClusterIdentity>>,
     pub namespace_labels: BTreeMap<String, String>,
-    pub source: Option<Secret>,
-    pub mirror: Option<Secret>,
+    pub source: Option<Arc<Secret>>,
+    pub mirror: Option<Arc<PartialObjectMeta<Secret>>>,
 }
 
 /// Gathers what [`decide`] needs: the identity and the mirror as watched,
@@ -127,22 +132,18 @@ pub async fn observe(
             .identity_sources
             .get(&source.namespace, &source.name)
             .await
-            .map_err(Error::Kube)?
-            .map(|s| (*s).clone());
+            .map_err(Error::Kube)?;
         let mirror = names::credentials_mirror(name);
         observed.mirror = match watches.managed_secrets.get(namespace, &mirror) {
-            Some(seen) => Some(Secret {
-                metadata: seen.metadata.clone(),
-                type_: Some("Opaque".into()),
-                ..Default::default()
-            }),
+            Some(seen) => Some(seen),
             None => Api::<Secret>::namespaced(client.clone(), namespace)
-                .get_opt(&mirror)
+                .get_metadata_opt(&mirror)
                 .await
-                .map_err(Error::Kube)?,
+                .map_err(Error::Kube)?
+                .map(Arc::new),
         };
     }
-    observed.identity = Some((*found).clone());
+    observed.identity = Some(found);
     Ok(observed)
 }
 
@@ -247,7 +248,7 @@ pub fn decide(o: &Observed, namespace: &str, owner: &OwnerReference) -> Credenti
     let mirror = names::credentials_mirror(name);
     let data = source.data.clone().unwrap_or_default();
     let hash = source_hash(&data);
-    let write = match o.mirror.clone() {
+    let write = match o.mirror.as_deref() {
         None => Some(MirrorWrite::Create(protected(Secret {
             metadata: ObjectMeta {
                 name: Some(mirror.clone()),
@@ -267,9 +268,8 @@ pub fn decide(o: &Observed, namespace: &str, owner: &OwnerReference) -> Credenti
             type_: Some("Opaque".into()),
             ..Default::default()
         }))),
-        Some(mut secret) => {
-            let labels = secret.metadata.labels.get_or_insert_default();
-            if labels.get(MIRRORED_LABEL).map(String::as_str) != Some("true") {
+        Some(seen) => {
+            if seen.labels().get(MIRRORED_LABEL).map(String::as_str) != Some("true") {
                 return Credentials {
                     identity: None,
                     allowed,
@@ -284,12 +284,9 @@ pub fn decide(o: &Observed, namespace: &str, owner: &OwnerReference) -> Credenti
                     write: None,
                 };
             }
-            let was_protected = protection::is_protected(&secret);
-            let annotations = secret.metadata.annotations.get_or_insert_default();
-            let same_data = annotations.get(SOURCE_HASH) == Some(&hash);
-            let owners = secret.metadata.owner_references.get_or_insert_default();
-            let owned = owners.iter().any(|o| o.uid == owner.uid);
-            if same_data && was_protected {
+            let same_data = seen.annotations().get(SOURCE_HASH) == Some(&hash);
+            let owned = seen.owner_references().iter().any(|o| o.uid == owner.uid);
+            if same_data && protection::is_protected(seen) {
                 // Only this user to add: a patch merged by uid, so the
                 // objects of a namespace adding themselves at once never
                 // conflict (a replace of the copy they read would, all but
@@ -299,11 +296,20 @@ pub fn decide(o: &Observed, namespace: &str, owner: &OwnerReference) -> Credenti
                     user: owner.clone(),
                 })
             } else {
+                // The copy is made only for a write, which the mirror's
+                // source changing makes rare.
+                let mut secret = Secret {
+                    metadata: seen.metadata.clone(),
+                    data: Some(data),
+                    type_: Some("Opaque".into()),
+                    ..Default::default()
+                };
                 if !owned {
-                    owners.push(owner.clone());
+                    secret.owner_references_mut().push(owner.clone());
                 }
-                annotations.insert(SOURCE_HASH.to_string(), hash);
-                secret.data = Some(data);
+                secret
+                    .annotations_mut()
+                    .insert(SOURCE_HASH.to_string(), hash);
                 Some(MirrorWrite::Replace(protected(secret)))
             }
         }

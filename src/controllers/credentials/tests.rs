@@ -1,6 +1,7 @@
 use super::*;
 use crate::api::{ClusterDefaults, IdentityReference, TerraformClusterSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+use kube::core::PartialObjectMetaExt;
 
 fn ident(n: &str) -> Option<IdentityReference> {
     Some(IdentityReference { name: n.into() })
@@ -123,12 +124,17 @@ fn the_mirror_is_written_only_when_it_differs() {
             }),
         },
     );
+    // The mirror as the watch shows it: its metadata.
     let observed = |mirror: Option<Secret>| Observed {
         name: Some("id".into()),
-        identity: Some(identity.clone()),
+        identity: Some(Arc::new(identity.clone())),
         namespace_labels: BTreeMap::new(),
-        source: Some(source.clone()),
-        mirror,
+        source: Some(Arc::new(source.clone())),
+        mirror: mirror.map(|m| {
+            let mut seen = m.metadata.into_response_partial::<Secret>();
+            seen.metadata.uid = Some("mirror-uid".into());
+            Arc::new(seen)
+        }),
     };
     let first = decide(&observed(None), "ns", &owner);
     assert_eq!(first.identity.as_deref(), Some("id"));
@@ -168,6 +174,12 @@ fn the_mirror_is_written_only_when_it_differs() {
         panic!("new data rewrites the mirror")
     };
     assert_eq!(shared.metadata.owner_references.unwrap().len(), 2);
+    assert_eq!(
+        shared.data, source.data,
+        "the source's data, not the mirror's"
+    );
+    assert_eq!(shared.type_.as_deref(), Some("Opaque"));
+    assert_eq!(shared.metadata.uid.as_deref(), Some("mirror-uid"));
     // A Secret of that name that is not a mirror is left alone.
     let mut foreign = created;
     foreign.metadata.labels = None;

@@ -196,7 +196,7 @@ pub fn plan<K: Workload>(p: &Pass<'_, K>, c: &Common, plan: &mut Plan) {
         start.service_account = names::away_runner(&o.namespace);
         start.away = Some(Away {
             namespace,
-            mirror: rest.credentials.mirror.clone(),
+            mirror: rest.credentials.mirror.as_ref().map(|m| m.name_any()),
         });
     }
     plan.writes.push(Write::Start(Box::new(start)));

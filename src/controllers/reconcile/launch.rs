@@ -93,6 +93,19 @@ pub async fn launch<K: Workload>(
     if !ready {
         return Ok(Launched::Waiting { recheck: None });
     }
+    // The credentials copied beside a Job run away: the mirror's data.
+    let mirror = match start.away.as_ref().and_then(|a| a.mirror.as_deref()) {
+        Some(name) => match Api::<Secret>::namespaced(ctx.client.clone(), &o.namespace)
+            .get_opt(name)
+            .await
+            .map_err(Error::Kube)?
+        {
+            Some(mirror) => Some(mirror),
+            // Gone since the pass saw it: the next pass decides anew.
+            None => return Ok(Launched::Waiting { recheck: None }),
+        },
+        None => None,
+    };
     if let Some(left) = ctx.undone_starts.wait(&o.uid) {
         return Ok(Launched::Waiting {
             recheck: Some(left),
@@ -260,7 +273,7 @@ pub async fn launch<K: Workload>(
         return Err(Error::MissingMetadata("uid on the created Job"));
     }
     let mut secrets_of_run = vec![secret];
-    if let Some(mirror) = start.away.as_ref().and_then(|a| a.mirror.as_ref()) {
+    if let Some(mirror) = &mirror {
         let copy = away::credentials(mirror, &created, &o.namespace)
             .map_err(|_| Error::MissingMetadata("uid on the created Job"))?;
         secrets_of_run.push(copy);

@@ -195,8 +195,9 @@ pub struct Start {
 #[derive(Clone, Debug)]
 pub struct Away {
     pub namespace: String,
-    /// The object's credentials mirror, copied beside the Job.
-    pub mirror: Option<Secret>,
+    /// The name of the object's credentials mirror, copied beside the Job
+    /// (its data read when the Job starts: the watch has its metadata).
+    pub mirror: Option<String>,
 }
 
 /// The counters a start moves once its Job exists.

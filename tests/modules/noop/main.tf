@@ -216,7 +216,7 @@ resource "terraform_data" "destroy_gate" {
 
 # A destroy that leaves a mark: the file named by destroy_marker is
 # written by the destroy-time provisioner, so a test sees that the destroy
-# ran.
+# ran; it holds the API_TOKEN the run had (the identity's credentials).
 variable "destroy_marker" {
   type    = string
   default = ""
@@ -228,7 +228,7 @@ resource "terraform_data" "destroy_marker" {
 
   provisioner "local-exec" {
     when    = destroy
-    command = "touch ${self.input}"
+    command = "printf '%s' \"$API_TOKEN\" > ${self.input}"
   }
 }
 
