@@ -429,12 +429,7 @@ async fn a_state_secret_deleted_by_hand_is_restored_from_a_backup() {
     .await;
     let run = status.last_run.unwrap();
     assert!(run.job.starts_with("captf-c-c-restore-a1-"), "{}", run.job);
-    let steps: Vec<&str> = run
-        .steps
-        .iter()
-        .flatten()
-        .map(|s| s.name.as_str())
-        .collect();
+    let steps = steps(&run);
     assert_eq!(steps, ["init", "state-push", "state-list"]);
     within(&env, 30, "the annotation removed", || async {
         let c = clusters.get("c").await.ok()?;

@@ -99,12 +99,7 @@ async fn next_job_force_unlocks(env: &Env, machine: &str) {
         "{}",
         run.job
     );
-    let steps: Vec<&str> = run
-        .steps
-        .iter()
-        .flatten()
-        .map(|s| s.name.as_str())
-        .collect();
+    let steps = steps(&run);
     assert_eq!(steps, ["init", "force-unlock", "validate", "apply"]);
     let events = env.events("ForceUnlocked").await;
     assert_eq!(events.len(), 1);
@@ -176,12 +171,7 @@ async fn a_stale_lock_with_no_state_yet_is_released_by_the_next_job() {
     })
     .await;
     let run = status.last_run.unwrap();
-    let steps: Vec<&str> = run
-        .steps
-        .iter()
-        .flatten()
-        .map(|s| s.name.as_str())
-        .collect();
+    let steps = steps(&run);
     assert_eq!(steps, ["init", "init", "force-unlock", "validate", "apply"]);
     assert_eq!(env.events("ForceUnlocked").await.len(), 1);
     assert_eq!(lock_holder(&env, "m").await, None);
@@ -325,15 +315,7 @@ async fn foreign_locks_are_reported_and_never_unlocked() {
                 && message.contains("2026-12-02T10:00:00"),
             "{message}"
         );
-        let steps: Vec<&str> = status
-            .last_run
-            .as_ref()
-            .unwrap()
-            .steps
-            .iter()
-            .flatten()
-            .map(|s| s.name.as_str())
-            .collect();
+        let steps = steps(status.last_run.as_ref().unwrap());
         assert!(!steps.contains(&"force-unlock"), "{machine}: {steps:?}");
         // The Lease is exactly as written: never unlocked.
         let now = Api::<Lease>::namespaced(env.client.clone(), &env.ns)
