@@ -51,7 +51,7 @@ async fn a_cluster_and_its_machine_are_applied_and_their_state_adopted() {
             "{}",
             run.job
         );
-        let steps = steps(&run);
+        let steps = steps(run);
         assert_eq!(steps, ["init", "validate", "apply"], "{}", env.context());
         assert!(run.error.is_none());
         assert!(status.observed_state_serial.is_some_and(|s| s >= 1));
