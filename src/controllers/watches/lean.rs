@@ -456,6 +456,25 @@ mod tests {
         }
     }
 
+    /// The watch asks the API server for what `K` would: a metadata-only
+    /// watch stays one (a Secret's data never comes).
+    #[test]
+    fn asks_for_what_the_kind_asks_for() {
+        use k8s_openapi::api::core::v1::Secret;
+        use kube::Resource;
+        use kube::api::PartialObjectMeta;
+
+        type Meta = PartialObjectMeta<Secret>;
+        assert!(Lean::<Meta>::metadata_api());
+        assert!(!Lean::<Pod>::metadata_api());
+        assert_eq!(
+            Lean::<Meta>::url_path(&(), Some("ns")),
+            Meta::url_path(&(), Some("ns"))
+        );
+        assert_eq!(Lean::<Pod>::kind(&()), "Pod");
+        assert_eq!(Lean::<Pod>::api_version(&()), "v1");
+    }
+
     #[test]
     fn refuses_what_is_not_an_object() {
         for wire in ["[]", "\"pod\"", "{\"metadata\": []}", "{\"spec\": }"] {
