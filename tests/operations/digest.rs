@@ -54,7 +54,7 @@ async fn a_machines_destroy_runs_the_digest_its_apply_ran() {
     let module = env.mutable_module.join("main.tf");
     let text = std::fs::read_to_string(&module).unwrap();
     let moved = text.replace(
-        "command = \"touch ${self.input}\"",
+        "command = \"printf '%s' \\\"$API_TOKEN\\\" > ${self.input}\"",
         "command = \"echo moved > ${self.input}\"",
     );
     assert_ne!(
@@ -65,8 +65,8 @@ async fn a_machines_destroy_runs_the_digest_its_apply_ran() {
 
     env.delete::<TerraformMachine>("m").await;
     env.wait_gone::<TerraformMachine>(240, "m").await;
-    // The mark says which content the destroy ran: the pinned one touches
-    // an empty file, the moved tag would write "moved".
+    // The mark says which content the destroy ran: the pinned one writes
+    // the (here unset) API_TOKEN, so nothing, the moved tag "moved".
     let mark = std::fs::read_to_string(&marker).unwrap();
     assert_eq!(
         mark, "",
