@@ -30,7 +30,7 @@ mod unread;
 /// to 32 bytes (a `serde_json::Value`, more while a growing array doubles)
 /// and a non-empty object a B-tree node of 632 bytes more; weighed so, the
 /// cap holds what decoding one object allocates beyond its strings to about
-/// 4 MB, whatever its text (`benches/webhook.rs` measures the worst shapes:
+/// 4 MB, whatever its text (`benches/webhook/` measures the worst shapes:
 /// 4.5 and 4.9 MB). A real object holds a few hundred values; 65,536
 /// leaves room for large variables.
 pub const MAX_VALUES: usize = 65_536;
