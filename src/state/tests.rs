@@ -142,3 +142,60 @@ fn label_selector_is_the_backends() {
         "tfstate=true,tfstateSecretSuffix=abc-m,tfstateWorkspace=default"
     );
 }
+
+/// A jemalloc value read by name; `refresh` first updates its statistics.
+fn jemalloc_stat(name: &std::ffi::CStr) -> usize {
+    let mut epoch: u64 = 1;
+    let mut value: usize = 0;
+    let mut len = std::mem::size_of::<usize>();
+    // SAFETY: NUL-terminated names; `epoch` takes a u64, the page counts
+    // are size_t, each buffer sized as jemalloc's manual says.
+    unsafe {
+        let refreshed = tikv_jemalloc_sys::mallctl(
+            c"epoch".as_ptr(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            (&raw mut epoch).cast(),
+            std::mem::size_of::<u64>(),
+        );
+        assert_eq!(refreshed, 0);
+        let read = tikv_jemalloc_sys::mallctl(
+            name.as_ptr(),
+            (&raw mut value).cast(),
+            &raw mut len,
+            std::ptr::null_mut(),
+            0,
+        );
+        assert_eq!(read, 0, "{name:?}");
+    }
+    value
+}
+
+#[test]
+fn freed_pages_are_handed_back_after_a_read() {
+    use std::alloc::{GlobalAlloc, Layout};
+    // Blocks of the size a read frees, through jemalloc as the manager
+    // allocates (this test binary runs on the system's allocator).
+    let layout = Layout::from_size_align(512 * 1024, 8).unwrap();
+    let jemalloc = tikv_jemallocator::Jemalloc;
+    let blocks: Vec<*mut u8> = (0..8)
+        .map(|_| {
+            // SAFETY: a non-zero layout; each block is written whole, then
+            // freed once with the same layout.
+            unsafe {
+                let block = jemalloc.alloc(layout);
+                assert!(!block.is_null());
+                block.write_bytes(1, layout.size());
+                block
+            }
+        })
+        .collect();
+    for block in blocks {
+        // SAFETY: allocated above with this layout.
+        unsafe { jemalloc.dealloc(block, layout) };
+    }
+    let dirty = c"stats.arenas.4096.pdirty";
+    assert!(jemalloc_stat(dirty) > 0, "freed pages stay until the decay");
+    assert!(hand_back_freed_pages());
+    assert_eq!(jemalloc_stat(dirty), 0);
+}
