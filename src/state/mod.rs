@@ -527,9 +527,10 @@ const PURGE: &std::ffi::CStr = c"arena.4096.purge";
 /// after the allocator's decay (a second in the manager). A read frees
 /// about three times its compressed state (kube's listing as bytes and as
 /// text, the inflater's blocks) and after a start 2,200 states are read in
-/// a minute: what the decay kept of that made most of the manager's peak
-/// (`cargo bench --bench scale`; the README has the figures). Whether it
-/// succeeded is returned for the test; failing, the decay does it later.
+/// a minute: what the decay kept of that was about half of the peak's
+/// excess over the memory at rest (`cargo bench --bench scale`; the README
+/// has the figures). Whether it succeeded is returned for the test;
+/// failing, the decay does it later.
 fn hand_back_freed_pages() -> bool {
     // SAFETY: a NUL-terminated name, and no value read or written, which
     // is what this control takes.
