@@ -1,7 +1,8 @@
 //! The state layer (book: terraform-state.md): everything the controller knows
 //! about an object's Terraform or OpenTofu state comes from here.
 //!
-//! Its only I/O is one label-selected list of Secrets ([`read`]). The rest is
+//! Its only I/O is one label-selected list of Secrets ([`read`]), decoded
+//! from the response's bytes without kube's copy of them as text. The rest is
 //! pure: [`chunks::assemble`] decides whether the listed Secrets make one whole
 //! chunk set and orders it; [`read_chunks`] inflates the concatenated payloads
 //! under the caps and parses the state in one streaming pass, without ever
@@ -32,6 +33,7 @@ mod capture;
 pub mod chunks;
 mod envelope;
 mod lexer;
+mod list;
 mod parse;
 mod read;
 
@@ -497,7 +499,7 @@ pub async fn snapshot(secrets: &Api<Secret>, suffix: &str) -> Result<Snapshot, R
     loop {
         let room = MAX_CHUNKS + 1 - items.len();
         params = params.limit(room as u32);
-        let page = secrets.list(&params).await?;
+        let page = list::page(secrets, &params).await?;
         items.extend(page.items);
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() && items.len() <= MAX_CHUNKS => {
@@ -525,8 +527,8 @@ const PURGE: &std::ffi::CStr = c"arena.4096.purge";
 
 /// Hands the pages that reads freed back to the system now rather than
 /// after the allocator's decay (a second in the manager). A read frees
-/// about three times its compressed state (kube's listing as bytes and as
-/// text, the inflater's blocks) and after a start 2,200 states are read in
+/// more than its compressed state (the listing's bytes, the decoded data,
+/// the inflater's blocks) and after a start 2,200 states are read in
 /// a minute: what the decay kept of that was about half of the peak's
 /// excess over the memory at rest (`cargo bench --bench scale`; the README
 /// has the figures). Whether it succeeded is returned for the test;

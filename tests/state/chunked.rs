@@ -231,6 +231,21 @@ async fn another_workspaces_secrets_are_not_read() {
     assert_eq!(read.compressed_bytes, state.len() as u64);
 }
 
+/// The listing is decoded by the state layer itself, not by kube: a
+/// refused list is still the API server's own Status.
+#[tokio::test]
+async fn a_refused_listing_is_the_api_servers_status() {
+    let (_, _, secrets, _) = setup("state-refused").await;
+    // A label value may not hold a space: the API server refuses the selector.
+    let error = state::read(&secrets, "not a label").await.unwrap_err();
+    let state::ReadError::List(kube::Error::Api(status)) = &error else {
+        panic!("expected the API server's refusal, got {error:?}");
+    };
+    assert_eq!((status.code, status.reason.as_str()), (400, "BadRequest"));
+    // The API server's own words, not kube's or ours.
+    assert!(status.message.contains("expected"), "{}", status.message);
+}
+
 #[tokio::test]
 async fn corrupt_payloads_are_reported_corrupt() {
     let (_, _, secrets, _) = setup("state-corrupt").await;
