@@ -16,13 +16,20 @@ const ERROR_TEXT_LIMIT: usize = 256;
 /// One page of `api`'s list under `params`, as `Api::list` returns it, with
 /// the same errors: an API error as [`kube::Error::Api`], a body that is not
 /// a list as [`kube::Error::SerdeError`].
-pub async fn page(api: &Api<Secret>, params: &ListParams) -> Result<ObjectList<Secret>, kube::Error> {
+pub async fn page(
+    api: &Api<Secret>,
+    params: &ListParams,
+) -> Result<ObjectList<Secret>, kube::Error> {
     let mut request = Request::new(api.resource_url())
         .list(params)
         .map_err(kube::Error::BuildRequest)?;
     // kube names its requests' spans by this; `Api::list` sets the same.
     request.extensions_mut().insert("list");
-    let response = api.clone().into_client().send(request.map(Into::into)).await?;
+    let response = api
+        .clone()
+        .into_client()
+        .send(request.map(Into::into))
+        .await?;
     let code = response.status();
     let body = response.into_body().collect().await?.to_bytes();
     if code.is_client_error() || code.is_server_error() {
