@@ -64,7 +64,7 @@ mod tests {
         let got = refusal(502, page.as_bytes());
         assert_eq!(got.code, 502);
         assert_eq!(got.reason, "Failed to parse error data");
-        assert_eq!(got.message.len(), ERROR_TEXT_LIMIT - 2, "trimmed, then cut");
+        assert_eq!(got.message.len(), ERROR_TEXT_LIMIT - 2, "cut, then trimmed");
         assert!(got.message.starts_with("<html>xxx"), "{}", got.message);
     }
 }
