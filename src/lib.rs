@@ -19,6 +19,7 @@ pub mod outputs;
 pub mod protection;
 pub mod role;
 pub mod runner;
+pub mod secret_io;
 pub mod server;
 pub mod state;
 pub mod webhooks;

@@ -2,7 +2,7 @@
 //! one set's Secrets, delete the pruned ones as they were listed.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams};
 
 use super::{BACKUP_DIGEST, BACKUP_LABEL, BACKUP_SET, BACKUP_SUFFIX_LABEL, BackupSet, annotation};
 use crate::error::{Categorized, Category, kube_category};
@@ -75,7 +75,7 @@ pub async fn take(api: &Api<Secret>, set: &BackupSet) -> Result<Taken, BackupErr
     let mut failure = None;
     for secret in &set.secrets {
         let name = secret.metadata.name.clone().unwrap_or_default();
-        match api.create(&PostParams::default(), secret).await {
+        match crate::secret_io::create(api, secret).await {
             Ok(answer) => {
                 created.push(name);
                 written.push(answer);

@@ -33,7 +33,6 @@ mod capture;
 pub mod chunks;
 mod envelope;
 mod lexer;
-mod list;
 mod parse;
 mod read;
 
@@ -499,7 +498,7 @@ pub async fn snapshot(secrets: &Api<Secret>, suffix: &str) -> Result<Snapshot, R
     loop {
         let room = MAX_CHUNKS + 1 - items.len();
         params = params.limit(room as u32);
-        let page = list::page(secrets, &params).await?;
+        let page = crate::secret_io::page(secrets, &params).await?;
         items.extend(page.items);
         match page.metadata.continue_ {
             Some(token) if !token.is_empty() && items.len() <= MAX_CHUNKS => {
