@@ -22,6 +22,7 @@ use crate::api::{AllowedNamespaces, TerraformCluster, TerraformClusterIdentity, 
 use crate::keys::{IDENTITY, MANAGED_LABEL, MIRRORED_LABEL, PROTECTION, SOURCE_HASH};
 use crate::names;
 use crate::protection;
+use kube::core::PartialObjectMetaExt;
 use kube::runtime::reflector::ObjectRef;
 
 /// The identity an object resolves to (ref §1.3): its own identityRef; for a
@@ -135,7 +136,7 @@ pub async fn observe(
             .map_err(Error::Kube)?;
         let mirror = names::credentials_mirror(name);
         observed.mirror = match watches.managed_secrets.get(namespace, &mirror) {
-            Some(seen) => Some(seen),
+            Some(seen) => Some(Arc::new(seen.to_meta().into_response_partial())),
             None => Api::<Secret>::namespaced(client.clone(), namespace)
                 .get_metadata_opt(&mirror)
                 .await

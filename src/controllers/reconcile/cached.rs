@@ -18,7 +18,7 @@ use kube::api::{Api, ListParams, ObjectMeta};
 
 use super::Object;
 use crate::backups::{self, BackupInfo, Listed};
-use crate::controllers::watches::{BackupSets, Versions, key};
+use crate::controllers::watches::{BackupSets, Labelled, Versions, key};
 use crate::controllers::workload::Workload;
 use crate::controllers::{Context, Error};
 use crate::keys::{
@@ -230,13 +230,9 @@ pub async fn state(
         .state_secrets
         .labelled(ns, state::SUFFIX_LABEL, suffix)
         .into_iter()
-        .filter(|s| {
-            selector
-                .iter()
-                .all(|(k, v)| label(&s.metadata, k) == Some(v.as_str()))
-        })
+        .filter(|s| selector.iter().all(|(k, v)| s.label(k) == Some(v.as_str())))
         .collect();
-    let versions = Versions::of(seen.iter().map(|s| &s.metadata));
+    let versions = Versions::of(seen.iter().map(AsRef::as_ref));
     let key = key(ns, suffix);
     let cache = &ctx.watches.derived.states;
     if let Some(kept) = cache.get(&key, &versions).filter(|s| reuse(s)) {
@@ -308,12 +304,11 @@ pub async fn backups(
         .managed_secrets
         .labelled(ns, BACKUP_SUFFIX_LABEL, suffix)
         .iter()
-        .filter(|s| {
-            label(&s.metadata, BACKUP_LABEL) == Some("true")
-                && backups::owned_by(&s.metadata, owner_uid)
-        })
-        .map(|s| Secret {
-            metadata: s.metadata.clone(),
+        .filter(|s| s.label(BACKUP_LABEL) == Some("true"))
+        .map(|s| s.to_meta())
+        .filter(|metadata| backups::owned_by(metadata, owner_uid))
+        .map(|metadata| Secret {
+            metadata,
             ..Default::default()
         })
         .collect();
@@ -324,12 +319,12 @@ pub async fn backups(
     let cache = &ctx.watches.derived.backups;
     let before = cache.last(&key);
     let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
-    let mut judged = BackupSets::new();
+    let mut judged = BackupSets::default();
     for (serial, chunks) in backups::by_serial(&secrets, suffix) {
         let versions = Versions::of(chunks.iter().map(|s| &s.metadata));
         let kept = before
             .as_ref()
-            .and_then(|b| b.get(&serial))
+            .and_then(|b| b.get(serial))
             .filter(|(at, _)| *at == versions)
             .map(|(_, info)| info.clone());
         let info = match kept {
@@ -355,11 +350,7 @@ pub async fn backups(
         };
         judged.insert(serial, (versions, info));
     }
-    let infos = judged
-        .values()
-        .rev()
-        .map(|(_, info)| info.clone())
-        .collect();
+    let infos = judged.newest_first().cloned().collect();
     cache.put(&key, Versions::default(), Arc::new(judged));
     Ok(Arc::new(Listed { secrets, infos }))
 }
@@ -390,7 +381,7 @@ pub async fn durable<K: Workload>(ctx: &Context, o: &Object) -> Result<Option<Ar
     let Some(seen) = ctx.watches.managed_secrets.get(&o.namespace, &name) else {
         return Ok(None);
     };
-    let versions = Versions::of([&seen.metadata]);
+    let versions = Versions::of([seen.as_ref()]);
     let key = key(&o.namespace, &o.suffix);
     let cache = &ctx.watches.derived.durable;
     if let Some(kept) = cache.get(&key, &versions) {

@@ -7,27 +7,19 @@ use std::collections::BTreeSet;
 use kube::Resource;
 
 use super::{Plan, facts_of, plan, pruned};
-use crate::controllers::watches::{Watches, Workloads};
+use crate::controllers::watches::{Labelled, Watches, Workloads};
 use crate::keys::{OWNER_NAMESPACE_LABEL, PROTECTED_LABEL};
 use crate::names::RUNNER_RBAC;
 
-fn label<'a>(o: &'a impl Resource, key: &str) -> Option<&'a str> {
-    o.meta()
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(key))
-        .map(String::as_str)
-}
-
 /// Not kept in the manager's namespace for another namespace's objects.
-fn ours(o: &impl Resource) -> bool {
-    label(o, OWNER_NAMESPACE_LABEL).is_none()
+fn ours(o: &impl Labelled) -> bool {
+    o.label(OWNER_NAMESPACE_LABEL).is_none()
 }
 
-fn namespaces<K: Resource>(objects: Vec<std::sync::Arc<K>>) -> impl Iterator<Item = String> {
+fn namespaces<K: Labelled>(objects: Vec<std::sync::Arc<K>>) -> impl Iterator<Item = String> {
     objects
         .into_iter()
-        .filter_map(|o| o.meta().namespace.clone())
+        .filter_map(|o| o.object_namespace().map(str::to_owned))
 }
 
 /// The namespaces (within `scope`) where a sweep would change something,
@@ -48,7 +40,7 @@ pub fn due(
     found.extend(namespaces(
         watches
             .managed_secrets
-            .filter(|s| label(s, PROTECTED_LABEL) == Some("true")),
+            .filter(|s| s.label(PROTECTED_LABEL) == Some("true")),
     ));
     let mut leftovers: BTreeSet<String> = BTreeSet::new();
     if let Some(away) = away {
@@ -58,14 +50,14 @@ pub fn due(
                 .accounts
                 .filter(|a| in_away(a.meta().namespace.as_deref()))
                 .iter()
-                .filter_map(|a| label(a.as_ref(), OWNER_NAMESPACE_LABEL).map(str::to_owned)),
+                .filter_map(|a| a.label(OWNER_NAMESPACE_LABEL).map(str::to_owned)),
         );
         leftovers.extend(
             watches
                 .jobs
                 .filter(|j| in_away(j.meta().namespace.as_deref()))
                 .iter()
-                .filter_map(|j| label(j.as_ref(), OWNER_NAMESPACE_LABEL).map(str::to_owned)),
+                .filter_map(|j| j.label(OWNER_NAMESPACE_LABEL).map(str::to_owned)),
         );
     }
     found

@@ -3,27 +3,48 @@
 //! the Secrets it was read from. While the metadata watches show the same
 //! versions, nothing is read again; any change reads the data anew.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ObjectMeta;
 
+use super::Compact;
 use crate::backups::BackupInfo;
 use crate::state::Snapshot;
+
+/// A Secret's metadata, whole as read or [`Compact`] as watched: its name
+/// and resourceVersion.
+pub trait Versioned {
+    fn name_and_version(&self) -> (Option<&str>, Option<&str>);
+}
+
+impl Versioned for ObjectMeta {
+    fn name_and_version(&self) -> (Option<&str>, Option<&str>) {
+        (self.name.as_deref(), self.resource_version.as_deref())
+    }
+}
+
+impl<K> Versioned for Compact<K> {
+    fn name_and_version(&self) -> (Option<&str>, Option<&str>) {
+        use super::Labelled;
+        (self.object_name(), self.resource_version())
+    }
+}
 
 /// The names and resourceVersions of a set of Secrets, sorted.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Versions(Vec<(String, String)>);
 
 impl Versions {
-    pub fn of<'a>(metas: impl IntoIterator<Item = &'a ObjectMeta>) -> Versions {
+    pub fn of<'a, M: Versioned + 'a>(metas: impl IntoIterator<Item = &'a M>) -> Versions {
         let mut v: Vec<_> = metas
             .into_iter()
             .map(|m| {
+                let (name, version) = m.name_and_version();
                 (
-                    m.name.clone().unwrap_or_default(),
-                    m.resource_version.clone().unwrap_or_default(),
+                    name.unwrap_or_default().to_owned(),
+                    version.unwrap_or_default().to_owned(),
                 )
             })
             .collect();
@@ -77,8 +98,30 @@ impl<T> Cache<T> {
 }
 
 /// Each backup set of an object as judged from its data, with the
-/// versions of the Secrets it was judged from.
-pub type BackupSets = BTreeMap<u64, (Versions, BackupInfo)>;
+/// versions of the Secrets it was judged from, by serial in order. A few
+/// per object, kept in a vector: a B-tree leaf of them takes 880 bytes.
+#[derive(Clone, Debug, Default)]
+pub struct BackupSets(Vec<(u64, (Versions, BackupInfo))>);
+
+impl BackupSets {
+    pub fn get(&self, serial: u64) -> Option<&(Versions, BackupInfo)> {
+        let at = self.0.binary_search_by_key(&serial, |(s, _)| *s).ok()?;
+        Some(&self.0[at].1)
+    }
+
+    /// Keeps `judged` as the set of `serial`, in place of any before.
+    pub fn insert(&mut self, serial: u64, judged: (Versions, BackupInfo)) {
+        match self.0.binary_search_by_key(&serial, |(s, _)| *s) {
+            Ok(at) => self.0[at].1 = judged,
+            Err(at) => self.0.insert(at, (serial, judged)),
+        }
+    }
+
+    /// The sets as judged, the newest serial first.
+    pub fn newest_first(&self) -> impl Iterator<Item = &BackupInfo> {
+        self.0.iter().rev().map(|(_, (_, info))| info)
+    }
+}
 
 /// Everything derived, by the key of the object it belongs to
 /// ([`key`]).
@@ -104,4 +147,32 @@ impl Derived {
 /// The key of an object's entries: its namespace and state suffix.
 pub fn key(namespace: &str, suffix: &str) -> String {
     format!("{namespace}/{suffix}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn judged(serial: u64, bytes: u64) -> (Versions, BackupInfo) {
+        let info = BackupInfo {
+            bytes,
+            ..BackupInfo::gone(serial)
+        };
+        (Versions(vec![(format!("b-{serial}"), "1".into())]), info)
+    }
+
+    #[test]
+    fn backup_sets_are_kept_by_serial_newest_first() {
+        let mut sets = BackupSets::default();
+        sets.insert(7, judged(7, 1));
+        sets.insert(3, judged(3, 1));
+        sets.insert(9, judged(9, 1));
+        // A set judged again takes the place of the one before.
+        sets.insert(7, judged(7, 2));
+        let serials: Vec<_> = sets.newest_first().map(|i| (i.serial, i.bytes)).collect();
+        assert_eq!(serials, [(9, 1), (7, 2), (3, 1)]);
+        assert_eq!(sets.get(7).map(|(_, i)| i.bytes), Some(2));
+        assert_eq!(sets.get(3).map(|(v, _)| v.clone()), Some(judged(3, 1).0));
+        assert!(sets.get(8).is_none());
+    }
 }

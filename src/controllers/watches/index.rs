@@ -2,12 +2,15 @@
 //! finds an object's Jobs, pods, state and backups without going through
 //! everything the watch holds.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use kube::api::ObjectMeta;
+use super::Labelled;
 
-type Names = HashMap<(String, String), BTreeSet<String>>;
+/// The names under each namespace and value, sorted: one or two as a rule
+/// (an object's state or backup chunks, a Job's pods), for which a B-tree
+/// leaf of 272 bytes would be most of an entry.
+type Names = HashMap<(String, String), Vec<String>>;
 
 pub struct Index {
     pub label: &'static str,
@@ -26,30 +29,38 @@ impl Index {
         self.names.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn key(&self, meta: &ObjectMeta) -> Option<((String, String), String)> {
-        let value = meta.labels.as_ref()?.get(self.label)?;
+    fn key(&self, o: &impl Labelled) -> Option<((String, String), String)> {
+        let value = o.label(self.label)?;
         Some((
-            (meta.namespace.clone().unwrap_or_default(), value.clone()),
-            meta.name.clone()?,
+            (
+                o.object_namespace().unwrap_or_default().to_owned(),
+                value.to_owned(),
+            ),
+            o.object_name()?.to_owned(),
         ))
     }
 
     /// Takes a change the watch saw. An object whose label changed stays
     /// under its old value too: lookups check the label again.
-    pub fn update(&self, meta: &ObjectMeta, deleted: bool) {
-        let Some((key, name)) = self.key(meta) else {
+    pub fn update(&self, o: &impl Labelled, deleted: bool) {
+        let Some((key, name)) = self.key(o) else {
             return;
         };
         let mut names = self.names();
         if deleted {
             if let Some(set) = names.get_mut(&key) {
-                set.remove(&name);
+                if let Ok(at) = set.binary_search(&name) {
+                    set.remove(at);
+                }
                 if set.is_empty() {
                     names.remove(&key);
                 }
             }
         } else {
-            names.entry(key).or_default().insert(name);
+            let set = names.entry(key).or_default();
+            if let Err(at) = set.binary_search(&name) {
+                set.insert(at, name);
+            }
         }
     }
 
@@ -58,22 +69,26 @@ impl Index {
     pub fn lookup(&self, namespace: &str, value: &str) -> Vec<String> {
         self.names()
             .get(&(namespace.to_owned(), value.to_owned()))
-            .map(|s| s.iter().cloned().collect())
+            .cloned()
             .unwrap_or_default()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::ObjectMeta;
+
+    use super::super::Compact;
     use super::*;
 
-    fn meta(ns: &str, name: &str, value: Option<&str>) -> ObjectMeta {
-        ObjectMeta {
+    fn meta(ns: &str, name: &str, value: Option<&str>) -> Compact<Secret> {
+        Compact::from(ObjectMeta {
             namespace: Some(ns.into()),
             name: Some(name.into()),
             labels: value.map(|v| [("l".to_owned(), v.to_owned())].into()),
             ..Default::default()
-        }
+        })
     }
 
     #[test]
@@ -81,6 +96,8 @@ mod tests {
         let index = Index::new("l");
         index.update(&meta("a", "x", Some("v")), false);
         index.update(&meta("a", "y", Some("v")), false);
+        // A change of an object already kept keeps it once.
+        index.update(&meta("a", "x", Some("v")), false);
         index.update(&meta("b", "z", Some("v")), false);
         index.update(&meta("a", "unlabelled", None), false);
         assert_eq!(index.lookup("a", "v"), ["x", "y"]);

@@ -57,10 +57,15 @@ impl<K: kube::Resource> kube::Resource for Lean<K> {
 
 /// The watch's event, of the object itself.
 pub fn unwrap<K>(event: Event<Lean<K>>) -> Event<K> {
+    map(event, |Lean(o)| o)
+}
+
+/// The watch's event, of what `f` makes of its object (what a store keeps of it).
+pub fn map<A, B>(event: Event<A>, f: impl FnOnce(A) -> B) -> Event<B> {
     match event {
-        Event::Apply(Lean(o)) => Event::Apply(o),
-        Event::Delete(Lean(o)) => Event::Delete(o),
-        Event::InitApply(Lean(o)) => Event::InitApply(o),
+        Event::Apply(o) => Event::Apply(f(o)),
+        Event::Delete(o) => Event::Delete(f(o)),
+        Event::InitApply(o) => Event::InitApply(f(o)),
         Event::Init => Event::Init,
         Event::InitDone => Event::InitDone,
     }

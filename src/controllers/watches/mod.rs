@@ -12,6 +12,7 @@
 //! its store took the change: a pass never reads a store older than what
 //! woke it.
 
+mod compact;
 mod derived;
 mod index;
 mod lean;
@@ -43,6 +44,7 @@ use crate::keys::{
 };
 use crate::state;
 
+pub use compact::{Compact, Labelled};
 pub use derived::{BackupSets, Derived, Versions, key};
 use index::Index;
 pub use lean::Lean;
@@ -63,7 +65,7 @@ where
 
 impl<K> Scoped<K>
 where
-    K: kube::Resource + Lookup + Clone + 'static,
+    K: Labelled + Lookup + Clone + 'static,
     <K as Lookup>::DynamicType: Eq + Hash + Clone + Default,
 {
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
@@ -82,13 +84,7 @@ where
     /// The objects of `namespace` whose indexed label (`label`) is `value`:
     /// from the index when the watch keeps one for that label.
     pub fn labelled(&self, namespace: &str, label: &str, value: &str) -> Vec<Arc<K>> {
-        let carries = |o: &K| {
-            o.meta()
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(label))
-                .is_some_and(|v| v == value)
-        };
+        let carries = |o: &K| o.label(label) == Some(value);
         match self.index.as_ref().filter(|i| i.label == label) {
             Some(index) => index
                 .lookup(namespace, value)
@@ -96,7 +92,7 @@ where
                 .filter_map(|name| self.get(namespace, name))
                 .filter(|o| carries(o))
                 .collect(),
-            None => self.filter(|o| o.meta().namespace.as_deref() == Some(namespace) && carries(o)),
+            None => self.filter(|o| o.object_namespace() == Some(namespace) && carries(o)),
         }
     }
 }
@@ -113,10 +109,10 @@ pub struct Watches {
     pub accounts: Scoped<PartialObjectMeta<ServiceAccount>>,
     pub bindings: Scoped<RoleBinding>,
     /// The state chunk Secrets (the backend's `tfstate` label).
-    pub state_secrets: Scoped<PartialObjectMeta<Secret>>,
+    pub state_secrets: Scoped<Compact<Secret>>,
     /// CAPTF's own Secrets: backups, durable inputs, mirrors, per-run and
     /// plan Secrets.
-    pub managed_secrets: Scoped<PartialObjectMeta<Secret>>,
+    pub managed_secrets: Scoped<Compact<Secret>>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     pub identities: Store<TerraformClusterIdentity>,
     /// The identities' Secrets, each watched by name once first read.
@@ -207,12 +203,13 @@ fn start(scope: &Scope, wake: &Wake) -> Watches {
     let leases = b.full(scope, managed(), wake.of_cluster_lease());
     let accounts = b.full(scope, managed(), |_: &PartialObjectMeta<_>| {});
     let bindings = b.full(scope, managed(), |_: &RoleBinding| {});
+    // Secrets' metadata, two or more per object, kept [`Compact`].
     let state_secrets = b
         .by(state::SUFFIX_LABEL)
-        .full(scope, tfstate(), wake.by_owner_labels());
-    let managed_secrets = b
-        .by(BACKUP_SUFFIX_LABEL)
-        .full(scope, managed(), wake.by_owner_labels());
+        .compact(scope, tfstate(), wake.by_owner_labels());
+    let managed_secrets =
+        b.by(BACKUP_SUFFIX_LABEL)
+            .compact(scope, managed(), wake.by_owner_labels());
     let variables_config_maps = b.full(scope, variables(), wake.of_variables());
     let variables_secrets = b.full(scope, variables(), wake.of_variables());
     let clusters = b.full(scope, all(), wake.of_cluster());
@@ -319,7 +316,23 @@ impl Builder {
     where
         K: Watched,
     {
-        self.watch(scope, config, None, wake)
+        self.watch(scope, config, None, |o: K| o, wake)
+    }
+
+    /// A watch of `K`'s metadata in each namespace scope, each object's
+    /// kept [`Compact`].
+    fn compact<K>(
+        &mut self,
+        scope: &Scope,
+        config: watcher::Config,
+        wake: impl Fn(&Compact<K>) + Clone + Send + 'static,
+    ) -> Scoped<Compact<K>>
+    where
+        K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+        PartialObjectMeta<K>: Watched,
+    {
+        let keep = |o: PartialObjectMeta<K>| Compact::from(o.metadata);
+        self.watch(scope, config, None, keep, wake)
     }
 
     /// [`Self::full`], waking only on a change of `key`.
@@ -333,18 +346,22 @@ impl Builder {
     where
         K: Watched,
     {
-        self.watch(scope, config, Some(key), wake)
+        self.watch(scope, config, Some(key), |o: K| o, wake)
     }
 
-    fn watch<K>(
+    /// A watch of `W` in each namespace scope, each object stored as
+    /// `keep` makes it.
+    fn watch<W, S>(
         &mut self,
         scope: &Scope,
         config: watcher::Config,
-        key: Option<WakeKey<K>>,
-        wake: impl Fn(&K) + Clone + Send + 'static,
-    ) -> Scoped<K>
+        key: Option<WakeKey<S>>,
+        keep: fn(W) -> S,
+        wake: impl Fn(&S) + Clone + Send + 'static,
+    ) -> Scoped<S>
     where
-        K: Watched,
+        W: Watched,
+        S: Labelled + Lookup<DynamicType = ()> + Clone + Send + Sync + 'static,
     {
         let index = self.index.take().map(|l| Arc::new(Index::new(l)));
         let stores = scope
@@ -352,7 +369,8 @@ impl Builder {
             .into_iter()
             .map(|ns| {
                 self.spawn(
-                    watcher::watcher(scope.api::<Lean<K>>(ns), config.clone()).map_ok(lean::unwrap),
+                    watcher::watcher(scope.api::<Lean<W>>(ns), config.clone())
+                        .map_ok(move |e| lean::map(e, |Lean(o)| keep(o))),
                     index.clone(),
                     key,
                     wake.clone(),
@@ -373,7 +391,7 @@ impl Builder {
         wake: impl Fn(&K) + Send + 'static,
     ) -> Store<K>
     where
-        K: kube::Resource + Clone + Send + Sync + 'static,
+        K: Labelled + Lookup + Clone + Send + Sync + 'static,
         K::DynamicType: Eq + Hash + Clone + Default + Send + Sync,
     {
         let kind = K::kind(&Default::default()).into_owned();
@@ -390,11 +408,12 @@ impl Builder {
                 match event {
                     Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
                         if let Some(index) = &index {
-                            index.update(o.meta(), false);
+                            index.update(&o, false);
                         }
                         if let Some(key) = key {
                             let k = key(&o);
-                            if keys.insert(o.meta().uid.clone().unwrap_or_default(), k) == Some(k) {
+                            let uid = o.object_uid().unwrap_or_default().to_owned();
+                            if keys.insert(uid, k) == Some(k) {
                                 continue;
                             }
                         }
@@ -402,9 +421,9 @@ impl Builder {
                     }
                     Ok(watcher::Event::Delete(o)) => {
                         if let Some(index) = &index {
-                            index.update(o.meta(), true);
+                            index.update(&o, true);
                         }
-                        keys.remove(o.meta().uid.as_deref().unwrap_or_default());
+                        keys.remove(o.object_uid().unwrap_or_default());
                         wake(&o);
                     }
                     Ok(watcher::Event::Init) => keys.clear(),

@@ -8,6 +8,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::Labelled;
 use kube::{Resource, ResourceExt};
 
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
@@ -64,18 +66,17 @@ impl<K: Workload> Target<K> {
         }
     }
 
-    /// The object whose owner labels `meta` carries: its uid label (the
-    /// Jobs run from the manager's namespace), else its name label in the
-    /// same namespace.
-    fn owner(&self, meta: &ObjectMeta) {
-        let Some(labels) = meta.labels.as_ref() else {
-            return;
-        };
-        if let Some(uid) = labels.get(OWNER_UID_LABEL) {
-            return self.each(|o| o.meta().uid.as_ref() == Some(uid));
+    /// The object whose owner labels `labelled` carries: its uid label
+    /// (the Jobs run from the manager's namespace), else its name label in
+    /// the same namespace.
+    fn owner(&self, labelled: &impl Labelled) {
+        if let Some(uid) = labelled.label(OWNER_UID_LABEL) {
+            return self.each(|o| o.meta().uid.as_deref() == Some(uid));
         }
-        let (Some(ns), Some(value)) = (meta.namespace.as_deref(), labels.get(OWNER_NAME_LABEL))
-        else {
+        let (Some(ns), Some(value)) = (
+            labelled.object_namespace(),
+            labelled.label(OWNER_NAME_LABEL),
+        ) else {
             return;
         };
         // The label is the name itself, looked up at once; only a name too
@@ -144,17 +145,13 @@ pub struct Wake {
 impl Wake {
     /// A Job, pod, state Secret, backup or Lease wakes the object its owner
     /// labels name.
-    pub fn by_owner_labels<R: Resource>(&self) -> impl Fn(&R) + Clone + Send + 'static {
+    pub fn by_owner_labels<R: Labelled>(&self) -> impl Fn(&R) + Clone + Send + 'static {
         let w = self.clone();
-        move |r: &R| {
-            let meta = r.meta();
-            let kind = meta.labels.as_ref().and_then(|l| l.get(OWNER_KIND_LABEL));
-            match kind.map(String::as_str) {
-                Some(k) if k == Kind::Cluster.kind() => w.clusters.owner(meta),
-                Some(k) if k == Kind::Machine.kind() => w.machines.owner(meta),
-                Some(k) if k == Kind::MachinePool.kind() => w.pools.owner(meta),
-                _ => {}
-            }
+        move |r: &R| match r.label(OWNER_KIND_LABEL) {
+            Some(k) if k == Kind::Cluster.kind() => w.clusters.owner(r),
+            Some(k) if k == Kind::Machine.kind() => w.machines.owner(r),
+            Some(k) if k == Kind::MachinePool.kind() => w.pools.owner(r),
+            _ => {}
         }
     }
 
