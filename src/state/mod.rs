@@ -530,9 +530,9 @@ const PURGE: &std::ffi::CStr = c"arena.4096.purge";
 /// the inflater's blocks) and after a start 2,200 states are read in
 /// a minute: what the decay kept of that was about half of the peak's
 /// excess over the memory at rest (`cargo bench --bench scale`; the README
-/// has the figures). Whether it succeeded is returned for the test;
-/// failing, the decay does it later.
-fn hand_back_freed_pages() -> bool {
+/// has the figures). A backup's copy of a state frees as much. Whether it
+/// succeeded is returned for the test; failing, the decay does it later.
+pub(crate) fn hand_back_freed_pages() -> bool {
     // SAFETY: a NUL-terminated name, and no value read or written, which
     // is what this control takes.
     let code = unsafe {

@@ -207,6 +207,10 @@ async fn backup<K: Workload>(
             *failed = true;
         }
     }
+    // The set's copy of the state, its bodies and the Secrets as created
+    // are freed by now: handed back at once, as after a state's read.
+    drop(set);
+    crate::state::hand_back_freed_pages();
 }
 
 async fn perform<K: Workload>(
