@@ -29,13 +29,6 @@ use crate::locks::{self, Assessment, PodFact, Verdict};
 use crate::names::{self, Kind};
 use crate::state::{self, Snapshot};
 
-fn label<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    meta.labels
-        .as_ref()
-        .and_then(|l| l.get(key))
-        .map(String::as_str)
-}
-
 /// The Jobs of this object: its owner labels, and an owner reference to
 /// this very object (a same-named object created later has another UID).
 pub fn jobs_of<K: Workload>(ctx: &Context, o: &Object) -> Vec<Job> {
@@ -44,7 +37,7 @@ pub fn jobs_of<K: Workload>(ctx: &Context, o: &Object) -> Vec<Job> {
         .labelled(&o.namespace, OWNER_NAME_LABEL, &names::label_value(&o.name))
         .into_iter()
         .filter(|j| {
-            label(&j.metadata, OWNER_KIND_LABEL) == Some(K::KIND.kind())
+            j.label(OWNER_KIND_LABEL) == Some(K::KIND.kind())
                 && j.owner_references().iter().any(|r| r.uid == o.uid)
         })
         .map(|j| (*j).clone())
@@ -104,8 +97,8 @@ pub fn away_jobs_of<K: Workload>(ctx: &Context, o: &Object, away: &str) -> Vec<J
         .jobs
         .filter(|j| {
             j.metadata.namespace.as_deref() == Some(away)
-                && label(&j.metadata, OWNER_KIND_LABEL) == Some(K::KIND.kind())
-                && label(&j.metadata, OWNER_UID_LABEL) == Some(o.uid.as_str())
+                && j.label(OWNER_KIND_LABEL) == Some(K::KIND.kind())
+                && j.label(OWNER_UID_LABEL) == Some(o.uid.as_str())
         })
         .into_iter()
         .map(|j| (*j).clone())

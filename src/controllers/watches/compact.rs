@@ -199,12 +199,6 @@ impl<K> Compact<K> {
         Some(pairs.map(|(k, v)| (k.to_owned(), v.to_owned())).collect())
     }
 
-    pub fn annotation(&self, key: &str) -> Option<&str> {
-        let [_, start, ..] = self.starts();
-        self.pairs(start, self.annotations.unwrap_or(0))
-            .find_map(|(k, v)| (k == key).then_some(v))
-    }
-
     pub fn resource_version(&self) -> Option<&str> {
         self.single(3)
     }
@@ -371,12 +365,13 @@ mod tests {
             for (k, v) in meta.labels.iter().flatten() {
                 assert_eq!(kept.label(k), Some(v.as_str()));
             }
+            let annotations = kept.to_meta().annotations;
             for (k, v) in meta.annotations.iter().flatten() {
-                assert_eq!(kept.annotation(k), Some(v.as_str()));
+                assert_eq!(annotations.as_ref().and_then(|a| a.get(k)), Some(v));
             }
             // A label is not an annotation, nor the other way round.
             assert_eq!(kept.label("captf.io/state-backup-serial"), None);
-            assert_eq!(kept.annotation("captf.io/managed"), None);
+            assert!(annotations.is_none_or(|a| !a.contains_key("captf.io/managed")));
         }
     }
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ObjectMeta;
 
-use super::Compact;
+use super::{Compact, Labelled};
 use crate::backups::BackupInfo;
 use crate::state::Snapshot;
 
@@ -27,7 +27,6 @@ impl Versioned for ObjectMeta {
 
 impl<K> Versioned for Compact<K> {
     fn name_and_version(&self) -> (Option<&str>, Option<&str>) {
-        use super::Labelled;
         (self.object_name(), self.resource_version())
     }
 }

@@ -8,9 +8,9 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
 
 use super::Labelled;
-use kube::{Resource, ResourceExt};
 
 use crate::api::{TerraformCluster, TerraformMachine, TerraformMachinePool};
 use crate::capi::objects::{Cluster, ContractRef, Machine, MachinePool};
