@@ -12,9 +12,10 @@
 //! - at most [`MAX_IN_FLIGHT`] requests are judged at once, once their
 //!   bodies are read. Past either bound a request gets HTTP 429 with
 //!   `Retry-After: 1` at once;
-//! - the envelope is parsed once, borrowing from the body: `object` and
-//!   `oldObject` stay JSON text ([`RawValue`]) until a rule decodes the typed
-//!   object it needs (see [`crate::webhooks::decode`]).
+//! - the body is parsed once: the handler's decoder for the request's kind
+//!   reads `object` and `oldObject` during the envelope's parse
+//!   ([`review`]); the bounds on what decoding may build are the handler's
+//!   (see [`crate::webhooks::decode`]).
 //!
 //! A body that is not an `admission.k8s.io/v1` AdmissionReview gets HTTP 400
 //! with a plain-text reason.
@@ -32,11 +33,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::BytesMut;
 use http_body_util::BodyExt;
-use k8s_openapi::api::authentication::v1::UserInfo;
-use kube::core::admission::{AdmissionResponse, META_API_VERSION_V1, META_KIND, Operation};
-use kube::core::{GroupVersionKind, Status, TypeMeta};
-use serde::Deserialize;
-use serde_json::value::RawValue;
+use kube::core::TypeMeta;
+use kube::core::admission::{AdmissionResponse, META_API_VERSION_V1, META_KIND};
+use serde::de::DeserializeSeed;
 use tokio::sync::{Semaphore, SemaphorePermit};
 use tracing::debug;
 
@@ -54,55 +53,6 @@ pub const MAX_IN_FLIGHT: usize = 16;
 /// buffers' capacity), across requests: sixteen bodies at [`BODY_LIMIT`].
 pub const BODY_BUDGET: usize = MAX_IN_FLIGHT * BODY_LIMIT;
 
-/// An AdmissionReview's request as the rules read it. `object` and
-/// `oldObject` are the JSON text of the objects, borrowed from the request
-/// body: a rule decodes the typed object it needs from it, once.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ReviewRequest<'a> {
-    pub uid: String,
-    pub kind: GroupVersionKind,
-    #[serde(default)]
-    pub name: String,
-    #[serde(default)]
-    pub namespace: Option<String>,
-    pub operation: Operation,
-    pub user_info: UserInfo,
-    /// Absent (or null) on DELETE.
-    #[serde(borrow)]
-    pub object: Option<&'a RawValue>,
-    /// Present on UPDATE and DELETE.
-    #[serde(borrow)]
-    pub old_object: Option<&'a RawValue>,
-    #[serde(default)]
-    pub dry_run: bool,
-}
-
-impl ReviewRequest<'_> {
-    /// A response that allows this request; `.deny(reason)` or
-    /// `.with_patch(patch)` turn it into the others.
-    pub fn allow(&self) -> AdmissionResponse {
-        // kube builds a response from its own request type or as `invalid`;
-        // with the failure cleared, the latter is the value the former gives.
-        let mut response = AdmissionResponse::invalid("");
-        response.uid = self.uid.clone();
-        response.allowed = true;
-        response.result = Status::default();
-        response
-    }
-}
-
-/// The envelope around the request; the response part of a review is
-/// ignored, as the API server never sends one.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Envelope<'a> {
-    api_version: String,
-    kind: String,
-    #[serde(borrow)]
-    request: Option<ReviewRequest<'a>>,
-}
-
 /// The webhook rules, as the server calls them. One value serves every
 /// request, concurrently.
 ///
@@ -112,15 +62,26 @@ struct Envelope<'a> {
 /// `request.allow()`, `.deny(reason)` or `.with_patch(patch)` is all a rule
 /// returns.
 pub trait AdmissionHandler: Send + Sync + 'static {
+    /// What an object of a request is decoded into.
+    type Object: Send + Sync;
+    /// Decodes one object, during the parse of the body.
+    type Decoder: for<'de> DeserializeSeed<'de, Value = Self::Object>;
+
+    /// The decoder for the objects of a request of `kind` in a body of
+    /// `body` bytes; `None` keeps them as JSON text ([`Sent::Text`]).
+    fn decoder(&self, kind: &str, body: usize) -> Option<Self::Decoder>;
+
     /// `POST /validate`: allow or deny, with warnings if any.
     fn validate(
         &self,
-        request: &ReviewRequest<'_>,
+        request: &ReviewRequest<'_, Self::Object>,
     ) -> impl Future<Output = AdmissionResponse> + Send;
 
     /// `POST /mutate`: allow, with a JSON patch when defaults apply.
-    fn mutate(&self, request: &ReviewRequest<'_>)
-    -> impl Future<Output = AdmissionResponse> + Send;
+    fn mutate(
+        &self,
+        request: &ReviewRequest<'_, Self::Object>,
+    ) -> impl Future<Output = AdmissionResponse> + Send;
 }
 
 /// What the routes share: the rules, the in-flight permits and the bytes
@@ -172,9 +133,9 @@ async fn admit<H: AdmissionHandler>(hook: Hook, shared: &Shared<H>, request: Req
     let Ok(_judging) = shared.in_flight.try_acquire() else {
         return refuse(hook, Rejection::Busy);
     };
-    let request = match parse_review(&body) {
+    let request = match review::parse(&body, shared.handler.as_ref()) {
         Ok(request) => request,
-        Err(rejection) => return refuse(hook, rejection),
+        Err(e) => return refuse(hook, Rejection::NotAReview(e)),
     };
     let started = Instant::now();
     let mut response = match hook {
@@ -295,26 +256,9 @@ fn take(budget: &Semaphore, bytes: usize) -> Result<SemaphorePermit<'_>, Rejecti
     budget.try_acquire_many(bytes).map_err(|_| Rejection::Busy)
 }
 
-/// The review's request, borrowing the objects' text from `body`.
-fn parse_review(body: &[u8]) -> Result<ReviewRequest<'_>, Rejection> {
-    let review: Envelope<'_> =
-        serde_json::from_slice(body).map_err(|e| Rejection::NotAReview(e.to_string()))?;
-    if review.api_version != META_API_VERSION_V1 || review.kind != META_KIND {
-        return Err(Rejection::NotAReview(format!(
-            "got kind {:?} of {:?}",
-            clip(&review.kind),
-            clip(&review.api_version)
-        )));
-    }
-    review
-        .request
-        .ok_or_else(|| Rejection::NotAReview("it has no request".into()))
-}
+mod review;
 
-/// A client's string, cut short for an error message.
-fn clip(s: &str) -> String {
-    s.chars().take(64).collect()
-}
+pub use review::{ReviewRequest, Sent};
 
 #[cfg(test)]
 mod tests;

@@ -15,8 +15,10 @@
 
 use std::fmt;
 
+use serde::Deserialize;
 use serde::de::{
-    self, DeserializeOwned, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor,
+    self, DeserializeOwned, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
+    Visitor,
 };
 use serde_json::value::RawValue;
 use thiserror::Error;
@@ -63,6 +65,9 @@ pub enum DecodeError {
     TooManyValues(Field),
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+    /// Decoded with the body as the request's kind, read as another.
+    #[error("{}: is not of the kind the rules read", .0.name())]
+    OtherKind(Field),
 }
 
 fn too_many_values_rule() -> String {
@@ -83,6 +88,9 @@ impl DecodeError {
                 Some(format!("more than {MAX_VALUES}")),
             ),
             DecodeError::Json(e) => Violation::invalid("object", rule(e), None),
+            DecodeError::OtherKind(field) => {
+                Violation::invalid(field.name(), "is not of the kind the rules read", None)
+            }
         }
     }
 }
@@ -94,18 +102,30 @@ pub fn decode<T: DeserializeOwned>(field: Field, raw: &RawValue) -> Result<T, De
         return Err(DecodeError::TooManyValues(field));
     }
     let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-    let object = T::deserialize(unread::skipping(&mut deserializer))?;
+    let object = decode_from(&mut deserializer)?;
     deserializer.end()?;
     Ok(object)
 }
 
-/// Whether `json` holds more than [`MAX_VALUES`] values, objects weighed.
-/// A non-empty object spends at least 5 bytes of its own (`{"":` and `}`)
-/// on its `1 + OBJECT_WEIGHT` = 17, any other value at least 1 byte on its
-/// one, so text counts at most 3.4 per byte: shorter than a quarter of the
-/// cap, it is not read at all.
+/// An object decoded from `d` without its [`unread`] parts, unchecked
+/// against the cap: for text that is [`below_the_cap`].
+pub fn decode_from<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
+    T::deserialize(unread::skipping(d))
+}
+
+/// Whether JSON text of `len` bytes cannot hold more than [`MAX_VALUES`]
+/// values. A non-empty object spends at least 5 bytes of its own (`{"":`
+/// and `}`) on its `1 + OBJECT_WEIGHT` = 17, any other value at least 1 byte
+/// on its one, so text counts at most 3.4 per byte: shorter than a quarter
+/// of the cap, it cannot pass it.
+pub fn below_the_cap(len: usize) -> bool {
+    len < MAX_VALUES / 4
+}
+
+/// Whether `json` holds more than [`MAX_VALUES`] values, objects weighed;
+/// text [`below_the_cap`] is not read at all.
 fn too_many_values(json: &str) -> Result<bool, serde_json::Error> {
-    if json.len() < MAX_VALUES / 4 {
+    if below_the_cap(json.len()) {
         return Ok(false);
     }
     count(json)

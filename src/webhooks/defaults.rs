@@ -23,20 +23,15 @@
 //! schema defaults, so that an unset field and its default are one value for
 //! the immutability rules.
 
-use json_patch::jsonptr::PointerBuf;
-use json_patch::{AddOperation, PatchOperation};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use serde_json::value::RawValue;
-
-use super::decode::{DecodeError, Field, decode};
-use super::rules::Violation;
 use crate::api::{
     ApplyPolicy, DriftAction, DriftPolicy, ImagePullPolicy, MachinePoolDriftPolicy,
     TerraformCluster, TerraformClusterIdentity, TerraformClusterTemplate, TerraformMachine,
     TerraformMachinePool, TerraformMachinePoolTemplate, TerraformMachineTemplate, VariablesFormat,
     WorkspaceSpec,
 };
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation};
+use serde::Serialize;
 
 /// The defaults of a kind; none for the kinds that are not defaulted.
 pub trait Defaults {
@@ -109,28 +104,6 @@ impl Defaults for TerraformMachineTemplate {}
 impl Defaults for TerraformMachinePoolTemplate {}
 impl Defaults for TerraformClusterIdentity {}
 
-/// The mutating webhook's patch for `object` of `kind`. An object that does
-/// not match its schema gets none (validation refuses it); one past the
-/// values cap is refused here too.
-pub fn patch(kind: &str, object: &RawValue) -> Result<Vec<PatchOperation>, Violation> {
-    match kind {
-        "TerraformCluster" => patch_of::<TerraformCluster>(object),
-        "TerraformMachine" => patch_of::<TerraformMachine>(object),
-        "TerraformMachinePool" => patch_of::<TerraformMachinePool>(object),
-        _ => Ok(Vec::new()),
-    }
-}
-
-fn patch_of<T: DeserializeOwned + Defaults>(
-    object: &RawValue,
-) -> Result<Vec<PatchOperation>, Violation> {
-    match decode::<T>(Field::Object, object) {
-        Ok(mut object) => Ok(object.apply_defaults()),
-        Err(DecodeError::Json(_)) => Ok(Vec::new()),
-        Err(e) => Err(e.into_violation(|e| e.to_string())),
-    }
-}
-
 const REPORT: DriftAction = DriftAction::Report;
 const DRIFT: &[&str] = &["spec", "drift"];
 const DRIFT_ACTION: &[&str] = &["spec", "drift", "action"];
@@ -187,9 +160,12 @@ fn set<T: Serialize>(
 mod tests {
     use std::fmt::Debug;
 
+    use serde::de::{DeserializeOwned, DeserializeSeed};
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::server::webhook::Sent;
+    use crate::webhooks::objects::{Decoder, defaults_patch};
 
     /// The test objects carry only what the defaults read; the typed decode
     /// needs metadata too.
@@ -201,9 +177,17 @@ mod tests {
         object
     }
 
+    /// The patch, the same whether the object was decoded with the body or
+    /// from its text.
     fn defaults(kind: &str, object: &Value) -> Vec<PatchOperation> {
         let raw = serde_json::value::to_raw_value(&with_metadata(object)).unwrap();
-        patch(kind, &raw).unwrap()
+        let ops = defaults_patch(kind, &Sent::Text(&raw)).unwrap();
+        let decoder = Decoder::of(kind, raw.get().len());
+        let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+        if let Some(Ok(decoded)) = decoder.map(|d| d.deserialize(&mut deserializer)) {
+            assert_eq!(defaults_patch(kind, &Sent::Decoded(decoded)).unwrap(), ops);
+        }
+        ops
     }
 
     /// `object` with the webhook's patch applied. The typed object with its

@@ -12,7 +12,7 @@ use kube::api::{Api, ListParams, PostParams};
 use kube::core::admission::{AdmissionResponse, Operation as AdmissionOperation};
 use tracing::warn;
 
-use super::defaults;
+use super::objects::{Decoded, Decoder, defaults_patch};
 use super::rules::{self, Violation};
 use super::validate::{Lookup, Review, Verb, Verdict, validate};
 use crate::api::{
@@ -24,6 +24,8 @@ use crate::capi::owners;
 use crate::keys::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE};
 use crate::names::Kind;
 use crate::server::webhook::{AdmissionHandler, ReviewRequest};
+
+type Request<'a> = ReviewRequest<'a, Decoded>;
 
 /// The validating and defaulting webhooks. Without a client, the rules that
 /// need the API server deny what they cannot check.
@@ -46,7 +48,7 @@ impl Webhooks {
     }
 }
 
-fn verb(request: &ReviewRequest<'_>) -> Option<Verb> {
+fn verb(request: &Request<'_>) -> Option<Verb> {
     match request.operation {
         AdmissionOperation::Create => Some(Verb::Create),
         AdmissionOperation::Update => Some(Verb::Update),
@@ -57,7 +59,7 @@ fn verb(request: &ReviewRequest<'_>) -> Option<Verb> {
 
 /// The response for a verdict: the first violation's code, every
 /// violation's message, and the warnings.
-fn respond(request: &ReviewRequest<'_>, verdict: Verdict) -> AdmissionResponse {
+fn respond(request: &Request<'_>, verdict: Verdict) -> AdmissionResponse {
     let mut response = request.allow();
     if let Some(first) = verdict.violations.first() {
         let code = first.code();
@@ -78,15 +80,22 @@ fn respond(request: &ReviewRequest<'_>, verdict: Verdict) -> AdmissionResponse {
 }
 
 impl AdmissionHandler for Webhooks {
-    async fn validate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
+    type Object = Decoded;
+    type Decoder = Decoder;
+
+    fn decoder(&self, kind: &str, body: usize) -> Option<Decoder> {
+        Decoder::of(kind, body)
+    }
+
+    async fn validate(&self, request: &Request<'_>) -> AdmissionResponse {
         let Some(verb) = verb(request) else {
             return request.allow();
         };
         let review = Review {
             verb,
             kind: &request.kind.kind,
-            object: request.object,
-            old_object: request.old_object,
+            object: request.object.as_ref(),
+            old_object: request.old_object.as_ref(),
             dry_run: request.dry_run,
         };
         let (mut verdict, lookup) = validate(&review);
@@ -99,11 +108,11 @@ impl AdmissionHandler for Webhooks {
         respond(request, verdict)
     }
 
-    async fn mutate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
-        let Some(object) = request.object else {
+    async fn mutate(&self, request: &Request<'_>) -> AdmissionResponse {
+        let Some(object) = &request.object else {
             return request.allow();
         };
-        let ops = match defaults::patch(&request.kind.kind, object) {
+        let ops = match defaults_patch(&request.kind.kind, object) {
             Ok(ops) => ops,
             Err(violation) => {
                 return respond(
@@ -129,7 +138,7 @@ impl AdmissionHandler for Webhooks {
 
 impl Webhooks {
     /// The rules that need the API server; `Err` is the refusal.
-    async fn look_up(&self, request: &ReviewRequest<'_>, lookup: Lookup) -> Result<(), Violation> {
+    async fn look_up(&self, request: &Request<'_>, lookup: Lookup) -> Result<(), Violation> {
         match lookup {
             Lookup::SecretReadable(secret) => self.identity_secret_readable(request, &secret).await,
             Lookup::IdentityUnused(identity) => self.identity_unused(&identity).await,
@@ -152,7 +161,7 @@ impl Webhooks {
     /// an identity would hand out credentials its creator cannot read.
     async fn identity_secret_readable(
         &self,
-        request: &ReviewRequest<'_>,
+        request: &Request<'_>,
         secret: &SecretReference,
     ) -> Result<(), Violation> {
         let user = &request.user_info;

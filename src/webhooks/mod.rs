@@ -4,5 +4,6 @@
 pub mod decode;
 pub mod defaults;
 pub mod handler;
+pub mod objects;
 pub mod rules;
 pub mod validate;

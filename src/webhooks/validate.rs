@@ -1,17 +1,16 @@
 //! The validating webhook's decision for one AdmissionReview, without I/O:
 //! the rules of CONTRACT.md "Webhooks" applied to the typed objects, each
-//! decoded once from the request's JSON text.
+//! decoded once from the request's JSON text ([`super::objects`]).
 //!
 //! The rules that need the API server (an identity's SubjectAccessReview,
 //! refusing to delete an identity in use or a machine whose Machine lives)
 //! are gathered by the handler: [`validate`] names the [`Lookup`] it needs,
 //! with the typed object it is about.
 
-use serde::de::DeserializeOwned;
-use serde_json::value::RawValue;
+use std::borrow::Cow;
 
-use super::decode::{Field, decode};
-use super::defaults::Defaults;
+use super::decode::Field;
+use super::objects::{Object, Reviewed, read};
 use super::rules::{self, Violation};
 use crate::api::{
     JobPolicy, SecretReference, TerraformCluster, TerraformClusterIdentity,
@@ -31,13 +30,13 @@ pub enum Verb {
     Delete,
 }
 
-/// What the rules see of an AdmissionReview: the objects as JSON text.
+/// What the rules see of an AdmissionReview.
 #[derive(Clone, Copy, Debug)]
 pub struct Review<'a> {
     pub verb: Verb,
     pub kind: &'a str,
-    pub object: Option<&'a RawValue>,
-    pub old_object: Option<&'a RawValue>,
+    pub object: Option<&'a Object<'a>>,
+    pub old_object: Option<&'a Object<'a>>,
     pub dry_run: bool,
 }
 
@@ -101,7 +100,7 @@ fn rules_of(review: &Review<'_>, v: &mut Verdict) -> Result<Option<Lookup>, Viol
             identity(&new, v);
             // On create, and when spec.secretRef changes.
             let changed = old.is_none_or(|old| old.spec.secret_ref != new.spec.secret_ref);
-            Ok(changed.then_some(Lookup::SecretReadable(new.spec.secret_ref)))
+            Ok(changed.then(|| Lookup::SecretReadable(new.spec.secret_ref.clone())))
         }
         (_, other) => Err(Violation::invalid(
             "kind",
@@ -113,14 +112,14 @@ fn rules_of(review: &Review<'_>, v: &mut Verdict) -> Result<Option<Lookup>, Viol
 
 type Rule<T> = fn(&T, Option<&T>, &Review<'_>, &mut Verdict);
 
-/// Decodes the new and old objects, then applies `rule`.
-fn typed<T: DeserializeOwned + Defaults>(
+/// Reads the new and old objects, then applies `rule`.
+fn typed<T: Reviewed>(
     review: &Review<'_>,
     verdict: &mut Verdict,
     rule: Rule<T>,
 ) -> Result<Option<Lookup>, Violation> {
     let (object, old) = objects::<T>(review)?;
-    rule(&object, old.as_ref(), review, verdict);
+    rule(&object, old.as_deref(), review, verdict);
     Ok(None)
 }
 
@@ -128,15 +127,13 @@ fn typed<T: DeserializeOwned + Defaults>(
 /// stored without a default (created while the webhooks were not registered)
 /// is not changed by the default the mutating webhook adds on its next
 /// update, the manager's finalizer patch included.
-fn objects<T: DeserializeOwned + Defaults>(
-    review: &Review<'_>,
-) -> Result<(T, Option<T>), Violation> {
-    let decode = |field, raw| {
-        let mut object: T = decode(field, raw).map_err(|e| {
+fn objects<'a, T: Reviewed>(
+    review: &Review<'a>,
+) -> Result<(Cow<'a, T>, Option<Cow<'a, T>>), Violation> {
+    let decode = |field, sent| {
+        read::<T>(field, sent).map(|read| read.object).map_err(|e| {
             e.into_violation(|e| format!("does not match the {} schema: {e}", review.kind))
-        })?;
-        object.apply_defaults();
-        Ok(object)
+        })
     };
     let object = review
         .object
@@ -150,12 +147,15 @@ fn objects<T: DeserializeOwned + Defaults>(
     Ok((object, old))
 }
 
-/// The object a DELETE removes, as stored.
-fn deleted<T: DeserializeOwned>(review: &Review<'_>) -> Result<T, Violation> {
-    let raw = review
+/// The object a DELETE removes. Defaulting, which reads it too, changes only
+/// `spec`; the deletion rules read its metadata and status.
+fn deleted<T: Reviewed>(review: &Review<'_>) -> Result<T, Violation> {
+    let sent = review
         .old_object
         .ok_or_else(|| Violation::invalid("oldObject", "is missing from the request", None))?;
-    decode(Field::OldObject, raw).map_err(|e| e.into_violation(|e| e.to_string()))
+    read::<T>(Field::OldObject, sent)
+        .map(|read| read.object.into_owned())
+        .map_err(|e| e.into_violation(|e| e.to_string()))
 }
 
 fn cluster(

@@ -1,3 +1,4 @@
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
@@ -9,11 +10,21 @@ use tower::ServiceExt;
 
 use super::*;
 
-/// Denies objects named "forbidden"; the mutation adds a label.
+type Value = serde_json::Value;
+
+/// Denies objects named "forbidden"; the mutation adds a label. The objects
+/// of a TerraformCluster are decoded with the body, as JSON values.
 struct TestRules;
 
 impl AdmissionHandler for TestRules {
-    async fn validate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
+    type Object = Value;
+    type Decoder = PhantomData<Value>;
+
+    fn decoder(&self, kind: &str, _body: usize) -> Option<Self::Decoder> {
+        (kind == "TerraformCluster").then_some(PhantomData)
+    }
+
+    async fn validate(&self, request: &ReviewRequest<'_, Value>) -> AdmissionResponse {
         let response = request.allow();
         if request.name == "forbidden" {
             response.deny("metadata.name: must not be forbidden (got \"forbidden\")")
@@ -22,7 +33,7 @@ impl AdmissionHandler for TestRules {
         }
     }
 
-    async fn mutate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
+    async fn mutate(&self, request: &ReviewRequest<'_, Value>) -> AdmissionResponse {
         let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
             {"op": "add", "path": "/metadata/labels", "value": {"mutated": "yes"}}
         ]))
@@ -39,13 +50,20 @@ struct Held {
 }
 
 impl AdmissionHandler for Held {
-    async fn validate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
+    type Object = Value;
+    type Decoder = PhantomData<Value>;
+
+    fn decoder(&self, _kind: &str, _body: usize) -> Option<Self::Decoder> {
+        None
+    }
+
+    async fn validate(&self, request: &ReviewRequest<'_, Value>) -> AdmissionResponse {
         self.entered.add_permits(1);
         self.release.acquire().await.unwrap().forget();
         request.allow()
     }
 
-    async fn mutate(&self, request: &ReviewRequest<'_>) -> AdmissionResponse {
+    async fn mutate(&self, request: &ReviewRequest<'_, Value>) -> AdmissionResponse {
         self.validate(request).await
     }
 }
@@ -154,6 +172,99 @@ async fn a_body_that_is_not_an_admission_review_is_a_bad_request() {
             "{text}"
         );
     }
+}
+
+/// Decodes every object as a number: an object never decodes.
+struct Numbers;
+
+impl AdmissionHandler for Numbers {
+    type Object = u64;
+    type Decoder = PhantomData<u64>;
+
+    fn decoder(&self, _kind: &str, _body: usize) -> Option<Self::Decoder> {
+        Some(PhantomData)
+    }
+
+    async fn validate(&self, request: &ReviewRequest<'_, u64>) -> AdmissionResponse {
+        request.allow()
+    }
+
+    async fn mutate(&self, request: &ReviewRequest<'_, u64>) -> AdmissionResponse {
+        request.allow()
+    }
+}
+
+fn text<O>(sent: &Option<Sent<'_, O>>) -> Option<String> {
+    match sent {
+        Some(Sent::Text(raw)) => Some(raw.get().to_owned()),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_objects_are_decoded_with_the_body_once_the_kind_is_known() {
+    let mut update = review("u", "n");
+    update["request"]["operation"] = "UPDATE".into();
+    update["request"]["oldObject"] = update["request"]["object"].clone();
+    let body = update.to_string();
+    let request = review::parse(body.as_bytes(), &TestRules).unwrap();
+    assert_eq!(request.uid, "u");
+    assert_eq!(request.name, "n");
+    assert_eq!(request.namespace.as_deref(), Some("default"));
+    assert_eq!(request.operation, kube::core::admission::Operation::Update);
+    assert_eq!(request.user_info.username.as_deref(), Some("admin"));
+    for sent in [&request.object, &request.old_object] {
+        let Some(Sent::Decoded(object)) = sent else {
+            panic!("not decoded: {sent:?}");
+        };
+        assert_eq!(object, &update["request"]["object"]);
+    }
+
+    // A kind without a decoder keeps the text, as does an object sent
+    // before the kind; null is no object.
+    let mut other = review("u", "n");
+    other["request"]["kind"]["kind"] = "Other".into();
+    let body = other.to_string();
+    let request = review::parse(body.as_bytes(), &TestRules).unwrap();
+    let object = text(&request.object).expect("kept as text");
+    assert_eq!(
+        serde_json::from_str::<Value>(&object).unwrap(),
+        other["request"]["object"]
+    );
+    assert!(request.old_object.is_none());
+
+    let object = review("u", "n")["request"]["object"].to_string();
+    let first = format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"object":{object},"uid":"u","kind":{{"group":"g","version":"v","kind":"TerraformCluster"}},"operation":"CREATE","userInfo":{{}}}}}}"#
+    );
+    let request = review::parse(first.as_bytes(), &TestRules).unwrap();
+    assert_eq!(text(&request.object), Some(object));
+    assert_eq!((request.name.as_str(), request.dry_run), ("", false));
+}
+
+#[test]
+fn an_object_that_does_not_decode_is_kept_as_text() {
+    let body = review("u", "n").to_string();
+    let request = review::parse(body.as_bytes(), &Numbers).unwrap();
+    let object = text(&request.object).expect("kept as text");
+    assert_eq!(
+        serde_json::from_str::<Value>(&object).unwrap(),
+        review("u", "n")["request"]["object"]
+    );
+}
+
+#[test]
+fn a_request_missing_a_field_or_repeating_one_is_not_a_review() {
+    let mut no_uid = review("u", "n");
+    no_uid["request"].as_object_mut().unwrap().remove("uid");
+    let e = review::parse(no_uid.to_string().as_bytes(), &TestRules).unwrap_err();
+    assert!(e.contains("missing field `uid`"), "{e}");
+
+    let body = review("u", "n").to_string();
+    let twice = body.replacen(r#""dryRun":false"#, r#""dryRun":false,"object":null"#, 1);
+    assert_ne!(twice, body);
+    let e = review::parse(twice.as_bytes(), &TestRules).unwrap_err();
+    assert!(e.contains("duplicate field `object`"), "{e}");
 }
 
 #[tokio::test]

@@ -1,6 +1,10 @@
+use serde::de::DeserializeSeed;
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::server::webhook::Sent;
+use crate::webhooks::objects::Decoder;
 
 const IMAGE: &str = "ghcr.io/captf-io/modules/noop:v0.1.0";
 
@@ -17,27 +21,41 @@ fn object(kind: &str, spec: Value) -> Value {
     })
 }
 
+/// The object as the server hands it over: decoded with the body when its
+/// kind has a decoder and it decodes, its text otherwise.
+fn sent<'a>(kind: &str, raw: &'a RawValue, decoded: bool) -> Object<'a> {
+    let decoder = Decoder::of(kind, raw.get().len()).filter(|_| decoded);
+    let mut deserializer = serde_json::Deserializer::from_str(raw.get());
+    match decoder.map(|d| d.deserialize(&mut deserializer)) {
+        Some(Ok(object)) => Sent::Decoded(object),
+        _ => Sent::Text(raw),
+    }
+}
+
 /// The messages of the verdict on `object` (an UPDATE from `old` when
-/// given).
+/// given). The verdict is the same whether the objects were decoded with
+/// the body or from their text.
 fn messages(kind: &str, object: &Value, old: Option<&Value>) -> Vec<String> {
     let (new, old) = (raw(object), old.map(raw));
-    let review = Review {
-        verb: if old.is_some() {
-            Verb::Update
-        } else {
-            Verb::Create
-        },
-        kind,
-        object: Some(&new),
-        old_object: old.as_deref(),
-        dry_run: false,
+    let judge = |decoded: bool| {
+        let new = sent(kind, &new, decoded);
+        let old = old.as_deref().map(|old| sent(kind, old, decoded));
+        let review = Review {
+            verb: if old.is_some() {
+                Verb::Update
+            } else {
+                Verb::Create
+            },
+            kind,
+            object: Some(&new),
+            old_object: old.as_ref(),
+            dry_run: false,
+        };
+        validate(&review).0
     };
-    validate(&review)
-        .0
-        .violations
-        .iter()
-        .map(Violation::message)
-        .collect()
+    let verdict = judge(false);
+    assert_eq!(judge(true), verdict, "decoded with the body");
+    verdict.violations.iter().map(Violation::message).collect()
 }
 
 /// Every place a jobs policy sits, with the kind that holds it and the
