@@ -67,7 +67,6 @@ macro_rules! kinds {
                 fn of(typed: &Typed) -> Option<&Self> {
                     match typed {
                         Typed::$variant(object) => Some(object),
-                        #[allow(unreachable_patterns)]
                         _ => None,
                     }
                 }

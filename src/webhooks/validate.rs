@@ -1,6 +1,7 @@
 //! The validating webhook's decision for one AdmissionReview, without I/O:
 //! the rules of CONTRACT.md "Webhooks" applied to the typed objects, each
-//! decoded once from the request's JSON text ([`super::objects`]).
+//! decoded once, during the parse of the body or from its text
+//! ([`super::objects`]).
 //!
 //! The rules that need the API server (an identity's SubjectAccessReview,
 //! refusing to delete an identity in use or a machine whose Machine lives)
