@@ -254,7 +254,10 @@ fn an_object_that_does_not_decode_is_kept_as_text() {
 }
 
 #[test]
-fn a_request_missing_a_field_or_repeating_one_is_not_a_review() {
+fn a_body_not_utf8_or_a_request_missing_a_field_or_repeating_one_is_not_a_review() {
+    let e = review::parse(b"{\"apiVersion\":\"\xff\"}", &TestRules).unwrap_err();
+    assert!(e.starts_with("the body is not UTF-8"), "{e}");
+
     let mut no_uid = review("u", "n");
     no_uid["request"].as_object_mut().unwrap().remove("uid");
     let e = review::parse(no_uid.to_string().as_bytes(), &TestRules).unwrap_err();
