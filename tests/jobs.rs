@@ -144,7 +144,8 @@ impl Fixture {
         lock_timeout: i64,
     ) -> Run {
         self.attempts += 1;
-        let vars: captf::api::Variables = serde_json::from_value(variables).unwrap();
+        let vars: std::collections::BTreeMap<String, Value> =
+            serde_json::from_value(variables).unwrap();
         let rendered = inputs::render(&InputsRequest {
             kind: Kind::Machine,
             namespace: &self.ns,

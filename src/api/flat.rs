@@ -237,11 +237,17 @@ mod tests {
         .unwrap();
         assert_eq!(spec.provider_id.as_deref(), Some("aws:///i-1"));
         assert_eq!(spec.workspace.source.image, "registry.example/m:v1");
-        assert_eq!(spec.workspace.variables.unwrap().0["a"], json!(1));
+        assert_eq!(
+            spec.workspace.variables.unwrap().values().unwrap()["a"],
+            json!(1)
+        );
         let escaped = r#"{"provider\u0049D":"p","source":{"image":"i"},"variable\u0073":{"b":2}}"#;
         let spec: TerraformMachineSpec = serde_json::from_str(escaped).unwrap();
         assert_eq!(spec.provider_id.as_deref(), Some("p"));
-        assert_eq!(spec.workspace.variables.unwrap().0["b"], json!(2));
+        assert_eq!(
+            spec.workspace.variables.unwrap().values().unwrap()["b"],
+            json!(2)
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod machine_pool;
 mod shared;
 mod status;
 mod templates;
+mod variables;
 
 pub use capi::*;
 pub use cluster::*;
@@ -22,6 +23,7 @@ pub use machine_pool::*;
 pub use shared::*;
 pub use status::*;
 pub use templates::*;
+pub use variables::Variables;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceColumnDefinition, CustomResourceDefinition, JSONSchemaProps,

@@ -7,12 +7,12 @@
 //! Job is built, never stored.
 
 use super::flat::fields;
-use std::collections::BTreeMap;
+use super::variables::Variables;
 
 use k8s_openapi::api::core::v1::{
     EnvVar, LocalObjectReference, PodSecurityContext, ResourceRequirements, SecurityContext,
 };
-use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A DNS-1123 subdomain, the shape of most object names.
@@ -141,30 +141,6 @@ pub struct JobPolicy {
     /// rejected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_security_context: Option<PodSecurityContext>,
-}
-
-/// Module variables as a free-form JSON object: each key is a variable name,
-/// each value its JSON value.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Variables(pub BTreeMap<String, serde_json::Value>);
-
-impl JsonSchema for Variables {
-    fn schema_name() -> std::borrow::Cow<'static, str> {
-        "Variables".into()
-    }
-
-    // Any JSON value may sit under a key, so the schema keeps unknown fields
-    // instead of declaring properties; only the key count is bounded here.
-    fn json_schema(_: &mut SchemaGenerator) -> Schema {
-        json_schema!({
-            "description": "Module variables as a JSON object, 1 to 256 keys.",
-            "type": "object",
-            "minProperties": 1,
-            "maxProperties": 256,
-            "x-kubernetes-preserve-unknown-fields": true,
-        })
-    }
 }
 
 /// A ConfigMap or Secret in the object's namespace whose data become module

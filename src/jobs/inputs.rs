@@ -10,10 +10,11 @@
 //! The role's inputs come from the Cluster API objects (`capi::inputs`);
 //! the user's variables follow them, declared without a type.
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::api::Variables;
 use crate::error::{Categorized, Category};
 use crate::names::Kind;
 use crate::role::DECLARED_OUTPUTS;
@@ -50,7 +51,7 @@ pub struct InputsRequest<'a> {
     /// The `cluster.x-k8s.io/cloned-from-name` annotation.
     pub template: Option<&'a str>,
     /// `spec.variables` merged over the `spec.variablesFrom` sources.
-    pub variables: Option<&'a Variables>,
+    pub variables: Option<&'a BTreeMap<String, Value>>,
     /// The variables whose value came from a Secret: declared sensitive.
     pub sensitive: &'a [String],
     /// The role's inputs from the Cluster API objects (`capi::inputs`).
@@ -102,8 +103,8 @@ impl Categorized for InputsError {
 /// Renders the root, the values and the inputs hash of `req`.
 pub fn render(req: &InputsRequest) -> Result<RenderedInputs, InputsError> {
     let role = req.kind;
-    let empty = Variables::default();
-    let variables = &req.variables.unwrap_or(&empty).0;
+    let empty = BTreeMap::new();
+    let variables = req.variables.unwrap_or(&empty);
     // The admission webhook refuses these keys already; checked again so a
     // user variable can never replace a contract input in the values.
     for key in variables.keys() {

@@ -62,7 +62,7 @@ pub struct Fetched<'a> {
 /// The variables of an object and which of them are sensitive.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Merged {
-    pub variables: Variables,
+    pub variables: BTreeMap<String, Value>,
     /// Sorted.
     pub sensitive: Vec<String>,
 }
@@ -85,6 +85,10 @@ pub enum VariablesError {
         name: String,
         key: String,
     },
+    /// Past serde_json's nesting limit: the text of `spec.variables` holds
+    /// any nesting, and the webhook refuses it past the limit.
+    #[error("spec.variables is not a JSON object nested at most 128 levels deep")]
+    InlineTooDeep,
     #[error("key {key:?} of {kind} {name}: {rule}")]
     InvalidKey {
         kind: SourceKind,
@@ -154,8 +158,13 @@ pub fn merge(
             merged.insert(key.clone(), (value, kind == SourceKind::Secret));
         }
     }
-    for (key, value) in inline.map(|v| &v.0).into_iter().flatten() {
-        merged.insert(key.clone(), (value.clone(), false));
+    let inline = inline.map(Variables::values).transpose();
+    for (key, value) in inline
+        .map_err(|_| VariablesError::InlineTooDeep)?
+        .into_iter()
+        .flatten()
+    {
+        merged.insert(key, (value, false));
     }
     let sensitive = merged
         .iter()
@@ -163,7 +172,7 @@ pub fn merge(
         .map(|(key, _)| key.clone())
         .collect();
     Ok(Merged {
-        variables: Variables(merged.into_iter().map(|(k, (v, _))| (k, v)).collect()),
+        variables: merged.into_iter().map(|(k, (v, _))| (k, v)).collect(),
         sensitive,
     })
 }
@@ -229,7 +238,7 @@ mod tests {
         let got = merge(&fetched, Some(&inline), Kind::Machine).unwrap();
         assert_eq!(
             got.variables,
-            vars(json!({
+            serde_json::from_value::<BTreeMap<String, Value>>(json!({
                 "region": "us",
                 "size": "large",
                 "token": "s3cr3t",
@@ -238,6 +247,7 @@ mod tests {
                 "tags": {"a": "b"},
                 "extra": true,
             }))
+            .unwrap()
         );
         // pass came from the Secret, but the inline value won.
         assert_eq!(got.sensitive, ["size", "token"]);
@@ -321,5 +331,18 @@ mod tests {
             assert!(text.starts_with(message), "{text}");
             assert!(!text.contains("hunter2"), "{text}");
         }
+    }
+
+    #[test]
+    fn inline_variables_past_the_nesting_limit_block_the_object() {
+        // Admitted without the webhook: the text holds it, reading it fails.
+        let deep = format!(r#"{{"hunter2": {}{}}}"#, "[".repeat(200), "]".repeat(200));
+        let inline: Variables = serde_json::from_str(&deep).unwrap();
+        let err = merge(&[], Some(&inline), Kind::Machine).unwrap_err();
+        assert_eq!(err.reason(), "VariablesInvalid");
+        assert_eq!(
+            err.to_string(),
+            "spec.variables is not a JSON object nested at most 128 levels deep"
+        );
     }
 }

@@ -4,14 +4,18 @@
 //!
 //! `spec.variables` holds free JSON, so a small body can still ask for a big
 //! tree: a 3 MiB array of 1.5M zeros is 48 MB as `serde_json::Value`s, and
-//! 780 KB of nested one-key objects are 41 MB. Before decoding, an object
-//! long enough to go past [`MAX_VALUES`] has its JSON values counted by a
-//! pass that builds nothing, and is refused past the cap.
+//! 780 KB of nested one-key objects are 41 MB. The webhook keeps the
+//! variables as text (`api::Variables`), but the manager reads them as
+//! values when it renders a Job's inputs, and the webhook's own maps
+//! (labels, annotations) cost many times their text when dense. So an
+//! object long enough to go past [`MAX_VALUES`] has its JSON values counted
+//! by a pass that builds nothing, and is refused past the cap.
 //!
-//! Nesting depth needs no check of its own: serde_json refuses more than 128
-//! levels (its recursion limit) both in the count and in `from_str`, and
-//! capturing the raw text for the envelope walks the nesting without
-//! recursing.
+//! Nesting depth needs no check of its own here: serde_json refuses more
+//! than 128 levels (its recursion limit) both in the count and in
+//! `from_str`, and capturing the raw text for the envelope walks the
+//! nesting without recursing. The variables, kept as text, hold any
+//! nesting: their rule walks them under the same limit.
 
 use std::fmt;
 
@@ -28,13 +32,14 @@ use super::rules::Violation;
 mod unread;
 
 /// The most JSON values one object of a request may hold, each non-empty
-/// JSON object counting as [`OBJECT_WEIGHT`] more. Decoding a value costs up
-/// to 32 bytes (a `serde_json::Value`, more while a growing array doubles)
-/// and a non-empty object a B-tree node of 632 bytes more; weighed so, the
-/// cap holds what decoding one object allocates beyond its strings to about
-/// 4 MB, whatever its text (`benches/webhook/` measures the worst shapes:
-/// 4.5 and 4.9 MB). A real object holds a few hundred values; 65,536
-/// leaves room for large variables.
+/// JSON object counting as [`OBJECT_WEIGHT`] more. Reading a value as a
+/// `serde_json::Value` costs up to 32 bytes (more while a growing array
+/// doubles) and a non-empty object a B-tree node of 632 bytes more;
+/// weighed so, the cap holds what reading one object's values allocates
+/// beyond its strings to about 4 MB, whatever its text (4.5 and 4.9 MB for
+/// the worst shapes, when the webhook still read the variables so). A real
+/// object holds a few hundred values; 65,536 leaves room for large
+/// variables.
 pub const MAX_VALUES: usize = 65_536;
 
 /// What a non-empty JSON object counts for beyond its own value: its B-tree

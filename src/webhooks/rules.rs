@@ -2,15 +2,12 @@
 //! plain data. Each refusal is a [`Violation`] whose message has the form
 //! `<field path>: <rule> (got <value>)`.
 
-use std::collections::BTreeMap;
-
+use crate::api::Variables;
+use crate::names::Kind;
 use k8s_openapi::api::core::v1::{
     AppArmorProfile, EnvVar, PodSecurityContext, SELinuxOptions, SeccompProfile, SecurityContext,
     WindowsSecurityContextOptions,
 };
-use serde_json::Value;
-
-use crate::names::Kind;
 
 /// Built-in defaults of a jobs policy that the rules compare against.
 pub const DEFAULT_LOCK_TIMEOUT_SECONDS: i64 = 300;
@@ -356,18 +353,26 @@ pub fn restore_state(
 
 /// Rule 3 for `spec.variables`: at most 256 keys, each an identifier that
 /// is neither `captf_*`, a contract input of the role, nor a Terraform
-/// meta-argument. Values are never echoed. (That it is a JSON object is the
+/// meta-argument; values nested at most 128 levels deep (as the manager
+/// reads them). Values are never echoed. (That it is a JSON object is the
 /// schema's part: an object whose variables are not one is not decoded.)
-pub fn variables(path: &str, object: &BTreeMap<String, Value>, role: Kind) -> Vec<Violation> {
+pub fn variables(path: &str, variables: &Variables, role: Kind) -> Vec<Violation> {
+    let Ok(names) = variables.names() else {
+        return vec![Violation::invalid(
+            path,
+            "must nest its values at most 128 levels deep",
+            None,
+        )];
+    };
     let mut violations = Vec::new();
-    if object.len() > MAX_VARIABLES {
+    if names.len() > MAX_VARIABLES {
         violations.push(Violation::invalid(
             path,
             format!("must have at most {MAX_VARIABLES} keys"),
-            Some(format!("{} keys", object.len())),
+            Some(format!("{} keys", names.len())),
         ));
     }
-    for key in object.keys() {
+    for key in &names {
         if let Some(rule) = variable_key_rule(key, role) {
             violations.push(Violation::invalid(
                 format!("{path}.{key}"),

@@ -409,7 +409,7 @@ fn workspace(
     if let Some(variables) = &spec.variables {
         v.violations.extend(rules::variables(
             &format!("{path}.variables"),
-            &variables.0,
+            variables,
             role,
         ));
     }

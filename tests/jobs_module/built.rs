@@ -39,7 +39,8 @@ async fn a_built_job_is_accepted_owned_and_collected() {
         .await
         .unwrap();
 
-    let variables: Variables = serde_json::from_value(json!({ "greeting": "hi" })).unwrap();
+    let variables: std::collections::BTreeMap<String, serde_json::Value> =
+        serde_json::from_value(json!({ "greeting": "hi" })).unwrap();
     let rendered = inputs::render(&InputsRequest {
         kind: Kind::Machine,
         namespace: &ns,
@@ -139,7 +140,7 @@ async fn the_rendered_root_applies_against_the_noop_module() {
     let root = dir.path().join("work/root");
     std::fs::create_dir_all(&root).unwrap();
 
-    let variables: Variables =
+    let variables: std::collections::BTreeMap<String, serde_json::Value> =
         serde_json::from_value(json!({ "greeting": "hi", "size": 3 })).unwrap();
     for kind in [Kind::Cluster, Kind::Machine, Kind::MachinePool] {
         let rendered = inputs::render(&InputsRequest {

@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 use std::path::Path;
 use std::time::Duration;
 
-use captf::api::{Source, TerraformMachine, TerraformMachineSpec, Variables, WorkspaceSpec};
+use captf::api::{Source, TerraformMachine, TerraformMachineSpec, WorkspaceSpec};
 use captf::jobs::builder::{self, JobRequest};
 use captf::jobs::inputs::{self, InputsRequest};
 use captf::jobs::leases::{self, Acquired, LeaseRequest};

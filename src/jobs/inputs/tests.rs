@@ -2,11 +2,11 @@ use std::collections::BTreeMap;
 
 use super::*;
 
-fn vars(value: Value) -> Variables {
+fn vars(value: Value) -> BTreeMap<String, Value> {
     serde_json::from_value(value).unwrap()
 }
 
-fn machine<'a>(variables: Option<&'a Variables>) -> InputsRequest<'a> {
+fn machine<'a>(variables: Option<&'a BTreeMap<String, Value>>) -> InputsRequest<'a> {
     InputsRequest {
         kind: Kind::Machine,
         namespace: "ns",

@@ -1,4 +1,5 @@
 use k8s_openapi::api::core::v1::Capabilities;
+use serde_json::Value;
 
 use super::*;
 
@@ -130,7 +131,7 @@ fn variable_keys() {
 
 #[test]
 fn variables_object_rules_never_echo_values() {
-    let object = |json: Value| -> BTreeMap<String, Value> { serde_json::from_value(json).unwrap() };
+    let object = |json: Value| -> Variables { serde_json::from_value(json).unwrap() };
     let ok = object(serde_json::json!({"region": "eu", "size": 3}));
     assert!(variables("spec.variables", &ok, Kind::Machine).is_empty());
     let secretish = object(serde_json::json!({"count": "hunter2"}));
@@ -138,11 +139,25 @@ fn variables_object_rules_never_echo_values() {
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].path, "spec.variables.count");
     assert!(!v[0].message().contains("hunter2"));
-    let many: BTreeMap<String, Value> = (0..257).map(|i| (format!("v{i}"), Value::Null)).collect();
-    let v = variables("spec.variables", &many, Kind::Cluster);
+    let many = (0..257).map(|i| (format!("v{i}"), Value::Null)).collect();
+    let v = variables(
+        "spec.variables",
+        &object(Value::Object(many)),
+        Kind::Cluster,
+    );
     assert_eq!(
         v[0].message(),
         "spec.variables: must have at most 256 keys (got 257 keys)"
+    );
+    // A key given twice is one variable, as the manager reads it.
+    let twice: Variables = serde_json::from_str(r#"{"a": 1, "a": 2}"#).unwrap();
+    assert!(variables("spec.variables", &twice, Kind::Cluster).is_empty());
+    // The text holds any nesting; the manager reads 128 levels.
+    let deep = format!(r#"{{"a": {}{}}}"#, "[".repeat(129), "]".repeat(129));
+    let deep: Variables = serde_json::from_str(&deep).unwrap();
+    assert_eq!(
+        variables("spec.variables", &deep, Kind::Cluster)[0].message(),
+        "spec.variables: must nest its values at most 128 levels deep"
     );
 }
 

@@ -292,12 +292,11 @@ pub fn images() -> Images {
 }
 
 pub fn vars(pairs: &[(&str, serde_json::Value)]) -> Option<Variables> {
-    Some(Variables(
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect(),
-    ))
+    let map: serde_json::Map<_, _> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    Some(serde_json::from_value(map.into()).expect("an object is variables"))
 }
 
 /// The cluster-name label of the objects of `cluster`.

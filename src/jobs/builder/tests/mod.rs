@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::{LocalObjectReference, PodSecurityContext};
 use serde_json::json;
 
 use super::*;
-use crate::api::{JobPolicy, Variables};
+use crate::api::JobPolicy;
 use crate::jobs::inputs::{self, InputsRequest};
 use crate::jobs::policy::{self, resolve};
 
@@ -14,7 +14,7 @@ fn n(attempt: u32) -> NonZeroU32 {
 }
 
 fn rendered(kind: Kind, name: &str, cluster: Option<&str>) -> RenderedInputs {
-    let variables: Variables =
+    let variables: std::collections::BTreeMap<String, serde_json::Value> =
         serde_json::from_value(json!({ "region": "eu-west-1", "size": 2 })).unwrap();
     inputs::render(&InputsRequest {
         kind,
