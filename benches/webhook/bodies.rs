@@ -234,3 +234,22 @@ pub fn at_the_cap(value: &str, counted: usize) -> Bytes {
     // spec is escaped, so it does not match).
     Bytes::from(String::from_utf8_lossy(&body).replace("\"LIST\"", &list))
 }
+
+/// An UPDATE whose objects each hold just under [`MAX_VALUES`] in short
+/// annotations (`"a12345":""`): the densest metadata, one value an entry.
+pub fn dense_annotations() -> Bytes {
+    let entries: Vec<String> = (0..MAX_VALUES - 500)
+        .map(|i| format!(r#""a{i}":"""#))
+        .collect();
+    let annotations = entries.join(",");
+    let old = cluster(1, json!({"region": "eu"}));
+    let new = cluster(2, json!({"region": "eu"}));
+    let body = review("TerraformCluster", "terraformclusters", &new, Some(&old));
+    // Spliced in as text into each object's annotations (the
+    // last-applied copy is escaped, so it does not match).
+    let spliced = String::from_utf8_lossy(&body).replace(
+        r#""annotations":{"#,
+        &format!(r#""annotations":{{{annotations},"#),
+    );
+    Bytes::from(spliced)
+}

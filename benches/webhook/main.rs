@@ -12,7 +12,7 @@
 //! the request is reported against the body's size, for a realistic 3 MiB
 //! UPDATE, a hostile 3 MiB body (a 1.5M-element array in spec.variables)
 //! and UPDATEs whose objects hold just under the cap on JSON values in the
-//! shapes that cost most to decode.
+//! shapes that cost most to decode (dense variables, short annotations).
 //!
 //! ```sh
 //! cargo bench --bench webhook
@@ -52,7 +52,7 @@ use tokio_rustls::TlsConnector;
 use tower::ServiceExt;
 
 mod bodies;
-use bodies::{at_the_cap, cases, hostile_create, large_update};
+use bodies::{at_the_cap, cases, dense_annotations, hostile_create, large_update};
 
 const BARE_ANSWER: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"x","allowed":true}}"#;
 
@@ -268,6 +268,11 @@ async fn memory(router: &Router) -> Vec<String> {
         (
             "(d) UPDATE at the cap, nested one-key objects",
             at_the_cap(&nested, 100 * (OBJECT_WEIGHT + 1) + 1),
+            true,
+        ),
+        (
+            "(e) UPDATE at the cap, short annotations",
+            dense_annotations(),
             true,
         ),
     ];

@@ -299,16 +299,21 @@ mod tests {
     }
 
     #[test]
-    fn managed_fields_and_the_last_applied_copy_are_left_out() {
+    fn managed_fields_and_unread_annotations_and_labels_are_left_out() {
         let object = serde_json::json!({
             "apiVersion": "v1",
             "kind": "K",
             "metadata": {
                 "name": "n",
-                "labels": {"managedFields": "kept"},
+                "labels": {
+                    "managedFields": "not read",
+                    crate::keys::CLUSTER_NAME_LABEL: "prod",
+                },
                 "annotations": {
                     crate::keys::LAST_APPLIED: "{\"spec\":{}}",
                     "captf.io/restore-state": "abc",
+                    crate::keys::DELETE_FOR_MOVE: "",
+                    "example.com/other": "not read",
                 },
                 "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
             },
@@ -323,10 +328,16 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("managedFields");
-        expected["metadata"]["annotations"]
+        for annotation in [crate::keys::LAST_APPLIED, "example.com/other"] {
+            expected["metadata"]["annotations"]
+                .as_object_mut()
+                .unwrap()
+                .remove(annotation);
+        }
+        expected["metadata"]["labels"]
             .as_object_mut()
             .unwrap()
-            .remove(crate::keys::LAST_APPLIED);
+            .remove("managedFields");
         let decoded = decode::<serde_json::Value>(Field::Object, &raw(object.to_string())).unwrap();
         assert_eq!(decoded, expected);
 
@@ -348,14 +359,14 @@ mod tests {
         let mut deserializer = serde_json::Deserializer::from_str(broken);
         let e = serde_json::Value::deserialize(unread::skipping(&mut deserializer)).unwrap_err();
         assert!(e.to_string().contains("column"), "{e}");
-        let wrong = r#"{"metadata":{"annotations":{"a":1}},"spec":{}}"#;
+        let wrong = r#"{"metadata":{"annotations":{"captf.io/restore-state":1}},"spec":{}}"#;
         let e =
             decode::<crate::api::TerraformMachine>(Field::Object, &raw(wrong.into())).unwrap_err();
         let plain = serde_json::from_str::<crate::api::TerraformMachine>(wrong).unwrap_err();
         assert_eq!(e.to_string(), plain.to_string());
         assert!(
             e.to_string()
-                .contains("integer `1`, expected a string at line 1 column 33")
+                .contains("integer `1`, expected a string at line 1 column 54")
         );
     }
 

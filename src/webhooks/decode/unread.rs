@@ -1,13 +1,16 @@
 //! The parts of an object that no rule reads, skipped while it is decoded:
-//! `metadata.managedFields` and the `kubectl.kubernetes.io/last-applied-configuration`
-//! annotation (a copy of the object as escaped JSON text). Together they are
-//! often most of an object's metadata. Skipped, they are still parsed (the
-//! text must be JSON) but nothing is built of them.
+//! `metadata.managedFields`, and every annotation and label but the few
+//! the rules read ([`READ_ANNOTATIONS`], [`READ_LABELS`]); among the
+//! annotations, `kubectl.kubernetes.io/last-applied-configuration`, a copy
+//! of the object as escaped JSON text. Together they are often most of an
+//! object's metadata, and dense short entries cost many times their text
+//! as maps. Skipped, they are still parsed (the text must be JSON) but
+//! nothing is built of them.
 //!
 //! [`Skipping`] wraps a deserializer at the object's root, then at
-//! `metadata` and at its `annotations`; every other value goes to the
-//! wrapped deserializer untouched, so the rest of the object costs nothing
-//! more.
+//! `metadata` and at its `annotations` and `labels`; every other value goes
+//! to the wrapped deserializer untouched, so the rest of the object costs
+//! nothing more.
 
 use std::fmt;
 
@@ -15,7 +18,13 @@ use serde::de::value::{BorrowedStrDeserializer, StringDeserializer};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::forward_to_deserialize_any;
 
-use crate::keys::LAST_APPLIED;
+use crate::keys::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE, RESTORE_STATE};
+
+/// The annotations a rule reads; a rule that reads another adds it here.
+pub const READ_ANNOTATIONS: &[&str] = &[RESTORE_STATE, DELETE_FOR_MOVE];
+
+/// The labels a rule reads; a rule that reads another adds it here.
+pub const READ_LABELS: &[&str] = &[CLUSTER_NAME_LABEL];
 
 /// Where in the object a [`Skipping`] deserializer stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +32,7 @@ enum Level {
     Root,
     Metadata,
     Annotations,
+    Labels,
 }
 
 /// What becomes of the value under a key.
@@ -42,7 +52,9 @@ impl Level {
             (Level::Root, "metadata") => Child::Enter(Level::Metadata),
             (Level::Metadata, "managedFields") => Child::Skip,
             (Level::Metadata, "annotations") => Child::Enter(Level::Annotations),
-            (Level::Annotations, LAST_APPLIED) => Child::Skip,
+            (Level::Metadata, "labels") => Child::Enter(Level::Labels),
+            (Level::Annotations, key) if !READ_ANNOTATIONS.contains(&key) => Child::Skip,
+            (Level::Labels, key) if !READ_LABELS.contains(&key) => Child::Skip,
             _ => Child::Keep,
         }
     }
@@ -87,7 +99,7 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Skipping<D> {
             .deserialize_struct(name, fields, Wrap::new(visitor, self.level))
     }
 
-    // Objects, their metadata and its annotations are maps: any other
+    // Objects, their metadata and its annotations and labels are maps: any other
     // request reads the value as it is.
     forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
