@@ -128,8 +128,10 @@ pub struct JobPolicy {
     /// container_t, container_init_t, container_kvm_t and container_engine_t
     /// (spc_t above all), runAsUser 0, runAsNonRoot false and Windows host
     /// processes are rejected.
+    // Boxed, as the pod's: inline they made a TerraformCluster 3.3 KB,
+    // copied at each step of its decode.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub security_context: Option<SecurityContext>,
+    pub security_context: Option<Box<SecurityContext>>,
 
     /// Security context of the Job's pod. The defaults are seccomp
     /// RuntimeDefault and fsGroup 65532 (the group that reads the Secret
@@ -140,7 +142,7 @@ pub struct JobPolicy {
     /// all), runAsUser 0, runAsNonRoot false and Windows host processes are
     /// rejected.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub pod_security_context: Option<PodSecurityContext>,
+    pub pod_security_context: Option<Box<PodSecurityContext>>,
 }
 
 /// A ConfigMap or Secret in the object's namespace whose data become module

@@ -72,10 +72,10 @@ pub fn resolve(own: Option<&JobPolicy>, cluster_defaults: Option<&JobPolicy>) ->
             .filter(|var| !is_reserved_env(&var.name))
             .collect(),
         security_context: over_default_security_context(
-            pick(o, d, |p| p.security_context.clone()).unwrap_or_default(),
+            pick(o, d, |p| p.security_context.as_deref().cloned()).unwrap_or_default(),
         ),
         pod_security_context: over_default_pod_security_context(
-            pick(o, d, |p| p.pod_security_context.clone()).unwrap_or_default(),
+            pick(o, d, |p| p.pod_security_context.as_deref().cloned()).unwrap_or_default(),
         ),
     }
 }

@@ -262,7 +262,7 @@ fn seccomp(type_: &str, profile: Option<&str>) -> SeccompProfile {
 #[test]
 fn security_context_is_merged_field_by_field_over_the_hardened_defaults() {
     let policy = |context: SecurityContext| JobPolicy {
-        security_context: Some(context),
+        security_context: Some(Box::new(context)),
         ..Default::default()
     };
     let hardened = default_security_context();
@@ -356,7 +356,7 @@ fn security_context_is_merged_field_by_field_over_the_hardened_defaults() {
 #[test]
 fn pod_security_context_is_merged_field_by_field_over_the_defaults() {
     let policy = |context: PodSecurityContext| JobPolicy {
-        pod_security_context: Some(context),
+        pod_security_context: Some(Box::new(context)),
         ..Default::default()
     };
     let defaults = default_pod_security_context();

@@ -122,11 +122,11 @@ fn golden_cases() -> Vec<(&'static str, Case)> {
             Case {
                 settings: resolve(
                     Some(&JobPolicy {
-                        security_context: Some(SecurityContext {
+                        security_context: Some(Box::new(SecurityContext {
                             run_as_user: Some(1000),
                             run_as_non_root: Some(true),
                             ..Default::default()
-                        }),
+                        })),
                         ..Default::default()
                     }),
                     None,
@@ -140,11 +140,11 @@ fn golden_cases() -> Vec<(&'static str, Case)> {
                 settings: resolve(
                     None,
                     Some(&JobPolicy {
-                        pod_security_context: Some(PodSecurityContext {
+                        pod_security_context: Some(Box::new(PodSecurityContext {
                             run_as_user: Some(1000),
                             run_as_group: Some(1000),
                             ..Default::default()
-                        }),
+                        })),
                         ..Default::default()
                     }),
                 ),
