@@ -21,10 +21,10 @@ use serde::forward_to_deserialize_any;
 use crate::keys::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE, RESTORE_STATE};
 
 /// The annotations a rule reads; a rule that reads another adds it here.
-pub const READ_ANNOTATIONS: &[&str] = &[RESTORE_STATE, DELETE_FOR_MOVE];
+const READ_ANNOTATIONS: &[&str] = &[RESTORE_STATE, DELETE_FOR_MOVE];
 
 /// The labels a rule reads; a rule that reads another adds it here.
-pub const READ_LABELS: &[&str] = &[CLUSTER_NAME_LABEL];
+const READ_LABELS: &[&str] = &[CLUSTER_NAME_LABEL];
 
 /// Where in the object a [`Skipping`] deserializer stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
