@@ -11,6 +11,7 @@ pub mod controllers;
 pub mod error;
 pub mod image_ref;
 pub mod jobs;
+pub mod json_key;
 pub mod keys;
 pub mod locks;
 pub mod metrics;

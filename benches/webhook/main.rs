@@ -5,7 +5,10 @@
 //! the same server, same TLS and same listener, that reads the body and
 //! answers fixed bytes. The ratio is what validation costs. Each case (a
 //! CREATE and an UPDATE of each workload kind, every body allowed) runs
-//! against /bare with the same body, connections and request count.
+//! against /bare with the same body, connections and request count, and
+//! against /json, which only checks that the body is JSON (serde_json,
+//! nothing built): the least any route that reads the body must spend, so
+//! /json ÷ /bare bounds what /validate ÷ /bare can reach.
 //!
 //! Then memory: one request at a time sent in process through the router
 //! (no TLS), with a counting global allocator; the peak heap growth during
@@ -45,6 +48,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
+use serde::de::IgnoredAny;
 use serde_json::Value;
 use tikv_jemallocator::Jemalloc;
 use tokio::sync::watch;
@@ -53,6 +57,9 @@ use tower::ServiceExt;
 
 mod bodies;
 use bodies::{at_the_cap, cases, dense_annotations, hostile_create, large_update};
+
+/// The routes each case runs against, in this order.
+const PATHS: [&str; 3] = ["/bare", "/json", "/validate"];
 
 const BARE_ANSWER: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"x","allowed":true}}"#;
 
@@ -309,14 +316,14 @@ async fn memory(router: &Router) -> Vec<String> {
 }
 
 /// Each case through the router in process, no TLS and no HTTP: the time
-/// per request of `/validate` and of `/bare`, one after another. It is the
+/// per request of each route, one after another. It is the
 /// rules' own cost, which the ratios over TLS compare with the listener's.
 async fn in_process(router: &Router, cases: &[(&'static str, Bytes)]) {
     const N: u32 = 5_000;
     println!("in process (no TLS, no HTTP): µs per request");
     for (name, body) in cases {
         let mut per_path = Vec::new();
-        for path in ["/bare", "/validate"] {
+        for path in PATHS {
             let started = Instant::now();
             for _ in 0..N {
                 let request = Request::post(path)
@@ -329,8 +336,8 @@ async fn in_process(router: &Router, cases: &[(&'static str, Bytes)]) {
             per_path.push(started.elapsed().as_secs_f64() * 1e6 / f64::from(N));
         }
         println!(
-            "{name:<30} /bare {:>7.1} µs  /validate {:>7.1} µs",
-            per_path[0], per_path[1]
+            "{name:<30} /bare {:>7.1} µs  /json {:>7.1} µs  /validate {:>7.1} µs",
+            per_path[0], per_path[1], per_path[2]
         );
     }
 }
@@ -345,14 +352,24 @@ fn main() {
     std::fs::write(dir.path().join("tls.crt"), &pair.cert_pem).expect("write tls.crt");
     std::fs::write(dir.path().join("tls.key"), &pair.key_pem).expect("write tls.key");
 
-    let router = webhook::router(Arc::new(Webhooks::offline())).route(
-        "/bare",
-        post(|body: Bytes| async move {
-            // Read the body like the real route, do nothing with it.
-            std::hint::black_box(body);
-            ([(header::CONTENT_TYPE, "application/json")], BARE_ANSWER)
-        }),
-    );
+    let router = webhook::router(Arc::new(Webhooks::offline()))
+        .route(
+            "/bare",
+            post(|body: Bytes| async move {
+                // Read the body like the real route, do nothing with it.
+                std::hint::black_box(body);
+                ([(header::CONTENT_TYPE, "application/json")], BARE_ANSWER)
+            }),
+        )
+        .route(
+            "/json",
+            post(|body: Bytes| async move {
+                // Parse the whole body as the real route does, build nothing.
+                let parsed = serde_json::from_slice::<IgnoredAny>(&body);
+                assert!(parsed.is_ok(), "the bench's bodies are JSON");
+                ([(header::CONTENT_TYPE, "application/json")], BARE_ANSWER)
+            }),
+        );
     let server = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -418,15 +435,15 @@ fn main() {
             ..options
         };
         for (_, body) in &cases {
-            round(port, &client_config, "/bare", body, &warmup).await;
-            round(port, &client_config, "/validate", body, &warmup).await;
+            for path in PATHS {
+                round(port, &client_config, path, body, &warmup).await;
+            }
         }
 
-        let mut results: Vec<(Vec<Round>, Vec<Round>)> =
-            cases.iter().map(|_| (Vec::new(), Vec::new())).collect();
+        let mut results: Vec<[Vec<Round>; 3]> = cases.iter().map(|_| Default::default()).collect();
         for i in 0..options.rounds {
-            for ((name, body), (bare, validate)) in cases.iter().zip(&mut results) {
-                for (path, rounds) in [("/bare", &mut *bare), ("/validate", &mut *validate)] {
+            for ((name, body), per_path) in cases.iter().zip(&mut results) {
+                for (path, rounds) in PATHS.into_iter().zip(per_path.iter_mut()) {
                     let r = round(port, &client_config, path, body, &options).await;
                     println!(
                         "round {} {name:<28} {path:<10} {:>7.0} req/s  p50 {:>7.1} \u{b5}s  p99 {:>7.1} \u{b5}s",
@@ -447,17 +464,19 @@ fn main() {
             )
         };
         println!(
-            "median of {} rounds             body B |  /bare req/s  p50 \u{b5}s  p99 \u{b5}s | /validate req/s  p50 \u{b5}s  p99 \u{b5}s | \u{f7}bare: thr   p50   p99",
+            "median of {} rounds             body B |  /bare req/s  p50 \u{b5}s  p99 \u{b5}s | /json \u{f7}bare: thr   p99 | /validate req/s  p50 \u{b5}s  p99 \u{b5}s | \u{f7}bare: thr   p50   p99",
             options.rounds
         );
-        for ((name, body), (bare, validate)) in cases.iter().zip(&results) {
-            let (b, v) = (summary(bare), summary(validate));
+        for ((name, body), [bare, json, validate]) in cases.iter().zip(&results) {
+            let (b, j, v) = (summary(bare), summary(json), summary(validate));
             println!(
-                "{name:<28} {:>9} | {:>11.0} {:>7.1} {:>7.1} | {:>14.0} {:>7.1} {:>7.1} | {:>10.2} {:>5.2} {:>5.2}",
+                "{name:<28} {:>9} | {:>11.0} {:>7.1} {:>7.1} | {:>15.2} {:>5.2} | {:>14.0} {:>7.1} {:>7.1} | {:>10.2} {:>5.2} {:>5.2}",
                 body.len(),
                 b.0,
                 b.1,
                 b.2,
+                j.0 / b.0,
+                j.2 / b.2,
                 v.0,
                 v.1,
                 v.2,
@@ -466,7 +485,9 @@ fn main() {
                 v.2 / b.2
             );
             rows.push(format!(
-                "| webhook | {name}: throughput, p99 ÷ bare | {:.2}, {:.2} | ≥ 0.8, ≤ 1.5 |",
+                "| webhook | {name}: throughput, p99 ÷ bare (parse only: {:.2}, {:.2}) | {:.2}, {:.2} | ≥ 0.8, ≤ 1.5 |",
+                j.0 / b.0,
+                j.2 / b.2,
                 v.0 / b.0,
                 v.2 / b.2
             ));

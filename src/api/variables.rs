@@ -15,6 +15,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::json_key::JsonKey;
+
 /// Module variables: each key a variable name, each value its JSON value.
 /// Always the text of a JSON object (decoding refuses any other value).
 #[derive(Clone, Debug, Serialize)]
@@ -115,7 +117,7 @@ impl<'de> Visitor<'de> for NamesVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Names<'de>, A::Error> {
         let mut names = Vec::new();
-        while let Some(name) = map.next_key::<Cow<'de, str>>()? {
+        while let Some(JsonKey(name)) = map.next_key::<JsonKey<'de>>()? {
             map.next_value_seed(Walk)?;
             names.push(name);
         }

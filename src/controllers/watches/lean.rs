@@ -15,6 +15,8 @@ use serde::de::value::StrDeserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
+use crate::json_key::JsonKey;
+
 /// The metadata field left out.
 const MANAGED_FIELDS: &str = "managedFields";
 
@@ -250,7 +252,7 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Fields<A> {
         seed: S,
     ) -> Result<Option<S::Value>, A::Error> {
         loop {
-            let Some(Key(key)) = self.inner.next_key::<Key<'de>>()? else {
+            let Some(JsonKey(key)) = self.inner.next_key::<JsonKey<'de>>()? else {
                 return Ok(None);
             };
             match self.at {
@@ -292,34 +294,6 @@ impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for Metadata<S> {
             inner: d,
             at: Level::Metadata,
         })
-    }
-}
-
-/// A map key, borrowed from the text when it can be.
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_str(KeyVisitor)
-    }
-}
-
-struct KeyVisitor;
-
-impl<'de> Visitor<'de> for KeyVisitor {
-    type Value = Key<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a field name")
-    }
-    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
-        Ok(Key(Cow::Borrowed(v)))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
-        Ok(Key(Cow::Owned(v.to_owned())))
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
-        Ok(Key(Cow::Owned(v)))
     }
 }
 

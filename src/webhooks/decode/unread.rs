@@ -12,12 +12,14 @@
 //! to the wrapped deserializer untouched, so the rest of the object costs
 //! nothing more.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::value::{BorrowedStrDeserializer, StringDeserializer};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::forward_to_deserialize_any;
 
+use crate::json_key::JsonKey;
 use crate::keys::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE, RESTORE_STATE};
 
 /// The annotations a rule reads; a rule that reads another adds it here.
@@ -199,18 +201,18 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Entries<A> {
         seed: K,
     ) -> Result<Option<K::Value>, A::Error> {
         loop {
-            let Some(key) = self.inner.next_key_seed(KeySeed)? else {
+            let Some(JsonKey(key)) = self.inner.next_key::<JsonKey<'de>>()? else {
                 return Ok(None);
             };
-            let child = self.level.child(key.as_str());
+            let child = self.level.child(&key);
             if child == Child::Skip {
                 self.inner.next_value::<IgnoredAny>()?;
                 continue;
             }
             self.next = child;
             return match key {
-                Key::Borrowed(key) => seed.deserialize(BorrowedStrDeserializer::new(key)),
-                Key::Owned(key) => seed.deserialize(StringDeserializer::new(key)),
+                Cow::Borrowed(key) => seed.deserialize(BorrowedStrDeserializer::new(key)),
+                Cow::Owned(key) => seed.deserialize(StringDeserializer::new(key)),
             }
             .map(Some);
         }
@@ -225,47 +227,6 @@ impl<'de, A: MapAccess<'de>> MapAccess<'de> for Entries<A> {
 
     fn size_hint(&self) -> Option<usize> {
         self.inner.size_hint()
-    }
-}
-
-/// A key, borrowed from the text unless it had escapes.
-enum Key<'de> {
-    Borrowed(&'de str),
-    Owned(String),
-}
-
-impl Key<'_> {
-    fn as_str(&self) -> &str {
-        match self {
-            Key::Borrowed(key) => key,
-            Key::Owned(key) => key,
-        }
-    }
-}
-
-struct KeySeed;
-
-impl<'de> DeserializeSeed<'de> for KeySeed {
-    type Value = Key<'de>;
-
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key<'de>, D::Error> {
-        d.deserialize_str(self)
-    }
-}
-
-impl<'de> Visitor<'de> for KeySeed {
-    type Value = Key<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a key")
-    }
-
-    fn visit_borrowed_str<E: de::Error>(self, key: &'de str) -> Result<Key<'de>, E> {
-        Ok(Key::Borrowed(key))
-    }
-
-    fn visit_str<E: de::Error>(self, key: &str) -> Result<Key<'de>, E> {
-        Ok(Key::Owned(key.to_owned()))
     }
 }
 
