@@ -299,12 +299,19 @@ mod tests {
     }
 
     #[test]
-    fn managed_fields_and_unread_annotations_and_labels_are_left_out() {
+    fn unread_metadata_annotations_and_labels_are_left_out() {
         let object = serde_json::json!({
             "apiVersion": "v1",
             "kind": "K",
             "metadata": {
                 "name": "n",
+                "namespace": "ns",
+                "uid": "not read",
+                "generation": 3,
+                "creationTimestamp": "not read",
+                "finalizers": ["not read"],
+                "ownerReferences": [{"kind": "Machine"}],
+                "deletionTimestamp": "2025-06-01T10:00:00Z",
                 "labels": {
                     "managedFields": "not read",
                     crate::keys::CLUSTER_NAME_LABEL: "prod",
@@ -324,10 +331,15 @@ mod tests {
             "status": null,
         });
         let mut expected = object.clone();
-        expected["metadata"]
-            .as_object_mut()
-            .unwrap()
-            .remove("managedFields");
+        for field in [
+            "managedFields",
+            "uid",
+            "generation",
+            "creationTimestamp",
+            "finalizers",
+        ] {
+            expected["metadata"].as_object_mut().unwrap().remove(field);
+        }
         for annotation in [crate::keys::LAST_APPLIED, "example.com/other"] {
             expected["metadata"]["annotations"]
                 .as_object_mut()

@@ -386,11 +386,13 @@ pub fn variables(path: &str, variables: &Variables, role: Kind) -> Vec<Violation
 
 /// Why `key` cannot be a user variable of `role`, if it cannot.
 pub fn variable_key_rule(key: &str, role: Kind) -> Option<&'static str> {
-    let mut chars = key.chars();
-    let identifier = chars
+    // By bytes: the pattern is ASCII, and no byte of a multi-byte
+    // character is.
+    let mut bytes = key.bytes();
+    let identifier = bytes
         .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     if !identifier {
         Some("must match ^[a-zA-Z_][a-zA-Z0-9_-]*$")
     } else if key.starts_with("captf_") {

@@ -1,7 +1,8 @@
 //! The parts of an object that no rule reads, skipped while it is decoded:
-//! `metadata.managedFields`, and every annotation and label but the few
-//! the rules read ([`READ_ANNOTATIONS`], [`READ_LABELS`]); among the
-//! annotations, `kubectl.kubernetes.io/last-applied-configuration`, a copy
+//! every field of `metadata` but those the rules read ([`READ_METADATA`]),
+//! among them `managedFields`; and every annotation and label but the few
+//! the rules read ([`READ_ANNOTATIONS`], [`READ_LABELS`]), among the
+//! annotations `kubectl.kubernetes.io/last-applied-configuration`, a copy
 //! of the object as escaped JSON text. Together they are often most of an
 //! object's metadata, and dense short entries cost many times their text
 //! as maps. Skipped, they are still parsed (the text must be JSON) but
@@ -21,6 +22,17 @@ use serde::forward_to_deserialize_any;
 
 use crate::json_key::JsonKey;
 use crate::keys::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE, RESTORE_STATE};
+
+/// The fields of `metadata` a rule reads; a rule that reads another adds it
+/// here. `annotations` and `labels` are filtered further.
+const READ_METADATA: &[&str] = &[
+    "name",
+    "namespace",
+    "annotations",
+    "labels",
+    "ownerReferences",
+    "deletionTimestamp",
+];
 
 /// The annotations a rule reads; a rule that reads another adds it here.
 const READ_ANNOTATIONS: &[&str] = &[RESTORE_STATE, DELETE_FOR_MOVE];
@@ -52,9 +64,9 @@ impl Level {
     fn child(self, key: &str) -> Child {
         match (self, key) {
             (Level::Root, "metadata") => Child::Enter(Level::Metadata),
-            (Level::Metadata, "managedFields") => Child::Skip,
             (Level::Metadata, "annotations") => Child::Enter(Level::Annotations),
             (Level::Metadata, "labels") => Child::Enter(Level::Labels),
+            (Level::Metadata, key) if !READ_METADATA.contains(&key) => Child::Skip,
             (Level::Annotations, key) if !READ_ANNOTATIONS.contains(&key) => Child::Skip,
             (Level::Labels, key) if !READ_LABELS.contains(&key) => Child::Skip,
             _ => Child::Keep,
