@@ -46,6 +46,42 @@ fn object(kind: &str, name: &str, generation: u64, owner: (&str, &str), spec: Va
     })
 }
 
+/// `object` with the status the manager writes once it has applied it: on
+/// an UPDATE the API server sends the stored status in both objects.
+fn applied(mut object: Value) -> Value {
+    let condition = |kind: &str, reason: &str| json!({"type": kind, "status": "True", "reason": reason, "message": "", "lastTransitionTime": "2025-06-01T10:04:12Z", "observedGeneration": 1});
+    object["status"] = json!({
+        "conditions": [
+            condition("Ready", "Ready"),
+            condition("DependenciesReady", "DependenciesReady"),
+            condition("Provisioned", "Applied"),
+            condition("StateHealthy", "StateRead"),
+            condition("Paused", "NotPaused"),
+        ],
+        "initialization": {"provisioned": true},
+        "observedGeneration": 1,
+        "lastRun": {
+            "job": "captf-apply-tc-prod-eu-1-7d9f2",
+            "operation": "apply",
+            "steps": [
+                {"name": "init", "exitCode": 0, "durationMilliseconds": 4210},
+                {"name": "plan", "exitCode": 0, "durationMilliseconds": 9876},
+                {"name": "apply", "exitCode": 0, "durationMilliseconds": 61234}
+            ]
+        },
+        "lastRefresh": "2025-06-01T10:04:12Z",
+        "observedStateSerial": 7,
+        "stateSecretSuffix": "tc-prod-eu-1",
+        "source": {"image": "registry.example/infra/module:v1.4.2", "imageDigest": "sha256:3f1c5e0b8a7d6c4e2f9a1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e", "runtimeVersion": "OpenTofu v1.12.6"},
+        "stateBackups": [
+            {"serial": 7, "takenAt": "2025-06-01T10:04:12Z", "bytes": 48211},
+            {"serial": 6, "takenAt": "2025-05-30T08:12:40Z", "bytes": 47982},
+            {"serial": 5, "takenAt": "2025-05-28T16:51:03Z", "bytes": 47730}
+        ]
+    });
+    object
+}
+
 /// The AdmissionReview around `object` (and `old` on UPDATE).
 fn review(kind: &str, resource: &str, object: &Value, old: Option<&Value>) -> Bytes {
     let (operation, options) = match old {
@@ -142,6 +178,10 @@ pub fn cases() -> Vec<(&'static str, Bytes)> {
     let machine_new = machine(Some("aws:///eu-west-1a/i-0abc"));
     let pool_v1 = machine_pool(1, &[]);
     let pool_v2 = machine_pool(2, &["aws:///eu-west-1a/i-1", "aws:///eu-west-1b/i-2"]);
+    // An UPDATE's objects carry the stored status; a CREATE's has none.
+    let (cluster_applied, pool_applied) = (applied(cluster_v1.clone()), applied(pool_v1.clone()));
+    let (machine_applied, machine_new) = (applied(machine_old.clone()), applied(machine_new));
+    let (cluster_v2, pool_v2) = (applied(cluster_v2), applied(pool_v2));
     vec![
         (
             "TerraformCluster CREATE",
@@ -149,7 +189,12 @@ pub fn cases() -> Vec<(&'static str, Bytes)> {
         ),
         (
             "TerraformCluster UPDATE",
-            review("TerraformCluster", clusters, &cluster_v2, Some(&cluster_v1)),
+            review(
+                "TerraformCluster",
+                clusters,
+                &cluster_v2,
+                Some(&cluster_applied),
+            ),
         ),
         (
             "TerraformMachine CREATE",
@@ -161,7 +206,7 @@ pub fn cases() -> Vec<(&'static str, Bytes)> {
                 "TerraformMachine",
                 machines,
                 &machine_new,
-                Some(&machine_old),
+                Some(&machine_applied),
             ),
         ),
         (
@@ -170,7 +215,7 @@ pub fn cases() -> Vec<(&'static str, Bytes)> {
         ),
         (
             "TerraformMachinePool UPDATE",
-            review("TerraformMachinePool", pools, &pool_v2, Some(&pool_v1)),
+            review("TerraformMachinePool", pools, &pool_v2, Some(&pool_applied)),
         ),
     ]
 }

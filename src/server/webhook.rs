@@ -67,9 +67,9 @@ pub trait AdmissionHandler: Send + Sync + 'static {
     /// Decodes one object, during the parse of the body.
     type Decoder: for<'de> DeserializeSeed<'de, Value = Self::Object>;
 
-    /// The decoder for the objects of a request of `kind` in a body of
-    /// `body` bytes; `None` keeps them as JSON text ([`Sent::Text`]).
-    fn decoder(&self, kind: &str, body: usize) -> Option<Self::Decoder>;
+    /// The decoder for the `field` object of a request of `kind` in a body
+    /// of `body` bytes; `None` keeps it as JSON text ([`Sent::Text`]).
+    fn decoder(&self, kind: &str, field: Field, body: usize) -> Option<Self::Decoder>;
 
     /// `POST /validate`: allow or deny, with warnings if any.
     fn validate(
@@ -258,7 +258,7 @@ fn take(budget: &Semaphore, bytes: usize) -> Result<SemaphorePermit<'_>, Rejecti
 
 mod review;
 
-pub use review::{ReviewRequest, Sent};
+pub use review::{Field, ReviewRequest, Sent};
 
 #[cfg(test)]
 mod tests;

@@ -46,22 +46,7 @@ pub const MAX_VALUES: usize = 65_536;
 /// node is ten values' worth, and a margin.
 pub const OBJECT_WEIGHT: usize = 16;
 
-/// Which object of the request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Field {
-    Object,
-    OldObject,
-}
-
-impl Field {
-    /// The field's name in the AdmissionReview request.
-    pub fn name(self) -> &'static str {
-        match self {
-            Field::Object => "object",
-            Field::OldObject => "oldObject",
-        }
-    }
-}
+pub use crate::server::webhook::Field;
 
 /// Why an object was not decoded.
 #[derive(Debug, Error)]
@@ -107,15 +92,18 @@ pub fn decode<T: DeserializeOwned>(field: Field, raw: &RawValue) -> Result<T, De
         return Err(DecodeError::TooManyValues(field));
     }
     let mut deserializer = serde_json::Deserializer::from_str(raw.get());
-    let object = decode_from(&mut deserializer)?;
+    let object = decode_from(field, &mut deserializer)?;
     deserializer.end()?;
     Ok(object)
 }
 
-/// An object decoded from `d` without its [`unread`] parts, unchecked
-/// against the cap: for text that is [`below_the_cap`].
-pub fn decode_from<'de, T: Deserialize<'de>, D: Deserializer<'de>>(d: D) -> Result<T, D::Error> {
-    T::deserialize(unread::skipping(d))
+/// The `field` object decoded from `d` without its [`unread`] parts,
+/// unchecked against the cap: for text that is [`below_the_cap`].
+pub fn decode_from<'de, T: Deserialize<'de>, D: Deserializer<'de>>(
+    field: Field,
+    d: D,
+) -> Result<T, D::Error> {
+    T::deserialize(unread::skipping(field, d))
 }
 
 /// Whether JSON text of `len` bytes cannot hold more than [`MAX_VALUES`]
@@ -299,7 +287,7 @@ mod tests {
     }
 
     #[test]
-    fn unread_metadata_annotations_and_labels_are_left_out() {
+    fn unread_status_metadata_annotations_and_labels_are_left_out() {
         let object = serde_json::json!({
             "apiVersion": "v1",
             "kind": "K",
@@ -328,7 +316,7 @@ mod tests {
                 "metadata": {"managedFields": "kept below the root"},
                 "annotations": {crate::keys::LAST_APPLIED: "kept outside metadata"},
             },
-            "status": null,
+            "status": {"stateBackups": [{"serial": 3}]},
         });
         let mut expected = object.clone();
         for field in [
@@ -350,6 +338,11 @@ mod tests {
             .as_object_mut()
             .unwrap()
             .remove("managedFields");
+        // The stored object keeps its status, which the rules read.
+        let decoded =
+            decode::<serde_json::Value>(Field::OldObject, &raw(object.to_string())).unwrap();
+        assert_eq!(decoded, expected);
+        expected.as_object_mut().unwrap().remove("status");
         let decoded = decode::<serde_json::Value>(Field::Object, &raw(object.to_string())).unwrap();
         assert_eq!(decoded, expected);
 
@@ -369,7 +362,8 @@ mod tests {
         // Skipped text must still be JSON, and errors keep their position.
         let broken = r#"{"metadata":{"managedFields":[1,]}}"#;
         let mut deserializer = serde_json::Deserializer::from_str(broken);
-        let e = serde_json::Value::deserialize(unread::skipping(&mut deserializer)).unwrap_err();
+        let e = serde_json::Value::deserialize(unread::skipping(Field::Object, &mut deserializer))
+            .unwrap_err();
         assert!(e.to_string().contains("column"), "{e}");
         let wrong = r#"{"metadata":{"annotations":{"captf.io/restore-state":1}},"spec":{}}"#;
         let e =

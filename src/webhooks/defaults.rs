@@ -164,7 +164,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::server::webhook::Sent;
+    use crate::server::webhook::{Field, Sent};
     use crate::webhooks::objects::{Decoder, defaults_patch};
 
     /// The test objects carry only what the defaults read; the typed decode
@@ -182,7 +182,7 @@ mod tests {
     fn defaults(kind: &str, object: &Value) -> Vec<PatchOperation> {
         let raw = serde_json::value::to_raw_value(&with_metadata(object)).unwrap();
         let ops = defaults_patch(kind, &Sent::Text(&raw)).unwrap();
-        let decoder = Decoder::of(kind, raw.get().len());
+        let decoder = Decoder::of(kind, Field::Object, raw.get().len());
         let mut deserializer = serde_json::Deserializer::from_str(raw.get());
         if let Some(Ok(decoded)) = decoder.map(|d| d.deserialize(&mut deserializer)) {
             assert_eq!(defaults_patch(kind, &Sent::Decoded(decoded)).unwrap(), ops);

@@ -23,7 +23,7 @@ use crate::capi::objects::{Cluster, Machine};
 use crate::capi::owners;
 use crate::keys::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE};
 use crate::names::Kind;
-use crate::server::webhook::{AdmissionHandler, ReviewRequest};
+use crate::server::webhook::{AdmissionHandler, Field, ReviewRequest};
 
 type Request<'a> = ReviewRequest<'a, Decoded>;
 
@@ -83,8 +83,8 @@ impl AdmissionHandler for Webhooks {
     type Object = Decoded;
     type Decoder = Decoder;
 
-    fn decoder(&self, kind: &str, body: usize) -> Option<Decoder> {
-        Decoder::of(kind, body)
+    fn decoder(&self, kind: &str, field: Field, body: usize) -> Option<Decoder> {
+        Decoder::of(kind, field, body)
     }
 
     async fn validate(&self, request: &Request<'_>) -> AdmissionResponse {

@@ -56,8 +56,8 @@ macro_rules! kinds {
             type Value = Decoded;
 
             fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Decoded, D::Error> {
-                match self.0 {
-                    $(Served::$variant => defaulted(d, Typed::$variant),)+
+                match self.kind {
+                    $(Served::$variant => defaulted(self.field, d, Typed::$variant),)+
                 }
             }
         }
@@ -85,29 +85,32 @@ kinds! {
     Identity => TerraformClusterIdentity,
 }
 
-/// Decodes an object of one kind, as [`decode::decode`] does, during the
+/// Decodes one object of a kind, as [`decode::decode`] does, during the
 /// parse of the body.
 #[derive(Clone, Copy, Debug)]
-pub struct Decoder(Served);
+pub struct Decoder {
+    kind: Served,
+    field: Field,
+}
 
 impl Decoder {
-    /// The decoder for `kind` in a body of `body` bytes. A body long enough
-    /// to pass the cap on JSON values gets none: its objects are kept as
-    /// text, counted, then decoded.
-    pub fn of(kind: &str, body: usize) -> Option<Self> {
+    /// The decoder for the `field` object of `kind` in a body of `body`
+    /// bytes. A body long enough to pass the cap on JSON values gets none:
+    /// its objects are kept as text, counted, then decoded.
+    pub fn of(kind: &str, field: Field, body: usize) -> Option<Self> {
         if !decode::below_the_cap(body) {
             return None;
         }
-        Served::of(kind).map(Decoder)
+        Served::of(kind).map(|kind| Decoder { kind, field })
     }
 }
 
-fn defaulted<'de, T, D>(d: D, wrap: fn(Box<T>) -> Typed) -> Result<Decoded, D::Error>
+fn defaulted<'de, T, D>(field: Field, d: D, wrap: fn(Box<T>) -> Typed) -> Result<Decoded, D::Error>
 where
     T: DeserializeOwned + Defaults,
     D: Deserializer<'de>,
 {
-    let mut object: T = decode::decode_from(d)?;
+    let mut object: T = decode::decode_from(field, d)?;
     let defaults = object.apply_defaults();
     Ok(Decoded {
         object: wrap(Box::new(object)),

@@ -40,6 +40,23 @@ pub struct ReviewRequest<'a, O> {
     pub dry_run: bool,
 }
 
+/// Which object of the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Field {
+    Object,
+    OldObject,
+}
+
+impl Field {
+    /// The field's name in the AdmissionReview request.
+    pub fn name(self) -> &'static str {
+        match self {
+            Field::Object => "object",
+            Field::OldObject => "oldObject",
+        }
+    }
+}
+
 /// An object of the request.
 #[derive(Debug)]
 pub enum Sent<'a, O> {
@@ -261,11 +278,11 @@ impl<'de, H: AdmissionHandler> Visitor<'de> for Request<'_, H> {
                 RequestKey::UserInfo => once(&mut user_info, "userInfo", map.next_value()?)?,
                 RequestKey::DryRun => once(&mut dry_run, "dryRun", map.next_value()?)?,
                 RequestKey::Object => {
-                    let seed = self.object(kind.as_ref());
+                    let seed = self.object(kind.as_ref(), Field::Object);
                     once(&mut object, "object", map.next_value_seed(seed)?)?
                 }
                 RequestKey::OldObject => {
-                    let seed = self.object(kind.as_ref());
+                    let seed = self.object(kind.as_ref(), Field::OldObject);
                     once(&mut old_object, "oldObject", map.next_value_seed(seed)?)?
                 }
                 RequestKey::Other => {
@@ -288,12 +305,12 @@ impl<'de, H: AdmissionHandler> Visitor<'de> for Request<'_, H> {
 }
 
 impl<H: AdmissionHandler> Request<'_, H> {
-    /// How an object of a request of `kind` is read.
-    fn object(&self, kind: Option<&GroupVersionKind>) -> Object<H::Decoder> {
+    /// How the `field` object of a request of `kind` is read.
+    fn object(&self, kind: Option<&GroupVersionKind>, field: Field) -> Object<H::Decoder> {
         Object(
             self.handler
                 .zip(kind)
-                .and_then(|(handler, kind)| handler.decoder(&kind.kind, self.body)),
+                .and_then(|(handler, kind)| handler.decoder(&kind.kind, field, self.body)),
         )
     }
 }

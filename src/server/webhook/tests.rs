@@ -20,7 +20,7 @@ impl AdmissionHandler for TestRules {
     type Object = Value;
     type Decoder = PhantomData<Value>;
 
-    fn decoder(&self, kind: &str, _body: usize) -> Option<Self::Decoder> {
+    fn decoder(&self, kind: &str, _field: Field, _body: usize) -> Option<Self::Decoder> {
         (kind == "TerraformCluster").then_some(PhantomData)
     }
 
@@ -53,7 +53,7 @@ impl AdmissionHandler for Held {
     type Object = Value;
     type Decoder = PhantomData<Value>;
 
-    fn decoder(&self, _kind: &str, _body: usize) -> Option<Self::Decoder> {
+    fn decoder(&self, _kind: &str, _field: Field, _body: usize) -> Option<Self::Decoder> {
         None
     }
 
@@ -181,7 +181,7 @@ impl AdmissionHandler for Numbers {
     type Object = u64;
     type Decoder = PhantomData<u64>;
 
-    fn decoder(&self, _kind: &str, _body: usize) -> Option<Self::Decoder> {
+    fn decoder(&self, _kind: &str, _field: Field, _body: usize) -> Option<Self::Decoder> {
         Some(PhantomData)
     }
 

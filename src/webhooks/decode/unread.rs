@@ -1,5 +1,7 @@
 //! The parts of an object that no rule reads, skipped while it is decoded:
-//! every field of `metadata` but those the rules read ([`READ_METADATA`]),
+//! the `status` of `object` (the rules read only the stored object's, in
+//! `oldObject`); every field of `metadata` but those the rules read
+//! ([`READ_METADATA`]),
 //! among them `managedFields`; and every annotation and label but the few
 //! the rules read ([`READ_ANNOTATIONS`], [`READ_LABELS`]), among the
 //! annotations `kubectl.kubernetes.io/last-applied-configuration`, a copy
@@ -20,6 +22,7 @@ use serde::de::value::{BorrowedStrDeserializer, StringDeserializer};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::forward_to_deserialize_any;
 
+use super::Field;
 use crate::json_key::JsonKey;
 use crate::keys::{CLUSTER_NAME_LABEL, DELETE_FOR_MOVE, RESTORE_STATE};
 
@@ -43,7 +46,8 @@ const READ_LABELS: &[&str] = &[CLUSTER_NAME_LABEL];
 /// Where in the object a [`Skipping`] deserializer stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Level {
-    Root,
+    /// The root of an object, `field` of the request.
+    Root(Field),
     Metadata,
     Annotations,
     Labels,
@@ -63,7 +67,8 @@ enum Child {
 impl Level {
     fn child(self, key: &str) -> Child {
         match (self, key) {
-            (Level::Root, "metadata") => Child::Enter(Level::Metadata),
+            (Level::Root(_), "metadata") => Child::Enter(Level::Metadata),
+            (Level::Root(Field::Object), "status") => Child::Skip,
             (Level::Metadata, "annotations") => Child::Enter(Level::Annotations),
             (Level::Metadata, "labels") => Child::Enter(Level::Labels),
             (Level::Metadata, key) if !READ_METADATA.contains(&key) => Child::Skip,
@@ -74,11 +79,11 @@ impl Level {
     }
 }
 
-/// `inner`, read as an object without its unread parts.
-pub fn skipping<'de, D: Deserializer<'de>>(inner: D) -> Skipping<D> {
+/// `inner`, read as the `field` object without its unread parts.
+pub fn skipping<'de, D: Deserializer<'de>>(field: Field, inner: D) -> Skipping<D> {
     Skipping {
         inner,
-        level: Level::Root,
+        level: Level::Root(field),
     }
 }
 

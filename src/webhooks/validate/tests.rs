@@ -23,8 +23,8 @@ fn object(kind: &str, spec: Value) -> Value {
 
 /// The object as the server hands it over: decoded with the body when its
 /// kind has a decoder and it decodes, its text otherwise.
-fn sent<'a>(kind: &str, raw: &'a RawValue, decoded: bool) -> Object<'a> {
-    let decoder = Decoder::of(kind, raw.get().len()).filter(|_| decoded);
+fn sent<'a>(kind: &str, field: Field, raw: &'a RawValue, decoded: bool) -> Object<'a> {
+    let decoder = Decoder::of(kind, field, raw.get().len()).filter(|_| decoded);
     let mut deserializer = serde_json::Deserializer::from_str(raw.get());
     match decoder.map(|d| d.deserialize(&mut deserializer)) {
         Some(Ok(object)) => Sent::Decoded(object),
@@ -38,8 +38,10 @@ fn sent<'a>(kind: &str, raw: &'a RawValue, decoded: bool) -> Object<'a> {
 fn messages(kind: &str, object: &Value, old: Option<&Value>) -> Vec<String> {
     let (new, old) = (raw(object), old.map(raw));
     let judge = |decoded: bool| {
-        let new = sent(kind, &new, decoded);
-        let old = old.as_deref().map(|old| sent(kind, old, decoded));
+        let new = sent(kind, Field::Object, &new, decoded);
+        let old = old
+            .as_deref()
+            .map(|old| sent(kind, Field::OldObject, old, decoded));
         let review = Review {
             verb: if old.is_some() {
                 Verb::Update
