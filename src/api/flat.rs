@@ -9,12 +9,13 @@
 //! not to its `fields!` fails to compile; a unit test holds each list of
 //! keys to the properties of the type's schema (what the CRD says).
 
-use std::borrow::Cow;
 use std::fmt;
 use std::marker::PhantomData;
 
 use serde::Deserializer;
 use serde::de::{self, IgnoredAny, MapAccess, Visitor};
+
+use crate::json_key::JsonKey;
 
 /// A struct decoded one JSON key at a time.
 pub(crate) trait Fields: Default {
@@ -50,7 +51,7 @@ impl<'de, T: Fields> Visitor<'de> for Object<T> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
         let mut value = T::default();
         let mut seen = 0usize;
-        while let Some(Key(key)) = map.next_key()? {
+        while let Some(JsonKey(key)) = map.next_key()? {
             if !value.take(&key, &mut map)? {
                 map.next_value::<IgnoredAny>()?;
             } else if let Some(i) = T::REQUIRED.iter().position(|r| *r == key) {
@@ -65,31 +66,6 @@ impl<'de, T: Fields> Visitor<'de> for Object<T> {
             Some((_, missing)) => Err(de::Error::missing_field(missing)),
             None => Ok(value),
         }
-    }
-}
-
-/// A key, borrowed from the input when it has no escapes.
-struct Key<'de>(Cow<'de, str>);
-
-impl<'de> de::Deserialize<'de> for Key<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct KeyVisitor;
-        impl<'de> Visitor<'de> for KeyVisitor {
-            type Value = Key<'de>;
-
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a field name")
-            }
-
-            fn visit_borrowed_str<E: de::Error>(self, key: &'de str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Borrowed(key)))
-            }
-
-            fn visit_str<E: de::Error>(self, key: &str) -> Result<Key<'de>, E> {
-                Ok(Key(Cow::Owned(key.to_owned())))
-            }
-        }
-        deserializer.deserialize_str(KeyVisitor)
     }
 }
 
