@@ -1,6 +1,7 @@
 //! The parts of an object that no rule reads, skipped while it is decoded:
 //! the `status` of `object` (the rules read only the stored object's, in
-//! `oldObject`); every field of `metadata` but those the rules read
+//! `oldObject`) and every field of that stored status but those the rules
+//! read ([`READ_STATUS`]); every field of `metadata` but those the rules read
 //! ([`READ_METADATA`]),
 //! among them `managedFields`; and every annotation and label but the few
 //! the rules read ([`READ_ANNOTATIONS`], [`READ_LABELS`]), among the
@@ -11,7 +12,8 @@
 //! nothing is built of them.
 //!
 //! [`Skipping`] wraps a deserializer at the object's root, then at
-//! `metadata` and at its `annotations` and `labels`; every other value goes
+//! `metadata` and at its `annotations` and `labels`, and at the stored
+//! object's `status`; every other value goes
 //! to the wrapped deserializer untouched, so the rest of the object costs
 //! nothing more.
 
@@ -37,6 +39,12 @@ const READ_METADATA: &[&str] = &[
     "deletionTimestamp",
 ];
 
+/// The fields of the stored object's `status` a rule reads (the backups'
+/// serials for `captf.io/restore-state`, an identity's mirrored namespaces
+/// on its deletion); a rule that reads another adds it here. The
+/// conditions, the last run and the rest are most of a status.
+const READ_STATUS: &[&str] = &["stateBackups", "namespaces"];
+
 /// The annotations a rule reads; a rule that reads another adds it here.
 const READ_ANNOTATIONS: &[&str] = &[RESTORE_STATE, DELETE_FOR_MOVE];
 
@@ -49,6 +57,8 @@ enum Level {
     /// The root of an object, `field` of the request.
     Root(Field),
     Metadata,
+    /// The `status` of `oldObject`.
+    Status,
     Annotations,
     Labels,
 }
@@ -69,6 +79,8 @@ impl Level {
         match (self, key) {
             (Level::Root(_), "metadata") => Child::Enter(Level::Metadata),
             (Level::Root(Field::Object), "status") => Child::Skip,
+            (Level::Root(Field::OldObject), "status") => Child::Enter(Level::Status),
+            (Level::Status, key) if !READ_STATUS.contains(&key) => Child::Skip,
             (Level::Metadata, "annotations") => Child::Enter(Level::Annotations),
             (Level::Metadata, "labels") => Child::Enter(Level::Labels),
             (Level::Metadata, key) if !READ_METADATA.contains(&key) => Child::Skip,
@@ -118,8 +130,8 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Skipping<D> {
             .deserialize_struct(name, fields, Wrap::new(visitor, self.level))
     }
 
-    // Objects, their metadata and its annotations and labels are maps: any other
-    // request reads the value as it is.
+    // Objects, their metadata, the stored status, and the annotations and
+    // labels are maps: any other request reads the value as it is.
     forward_to_deserialize_any! {
         bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
         bytes byte_buf unit unit_struct newtype_struct seq tuple tuple_struct
