@@ -228,6 +228,9 @@ async fn read_body(
     if declared.is_some_and(|len| len > BODY_LIMIT) {
         return Err(Rejection::TooLarge);
     }
+    // A body that comes in one frame, as most do, is kept as it came;
+    // the frames of a longer one are copied together.
+    let mut first: Option<Bytes> = None;
     let mut buffer = BytesMut::new();
     let mut held = take(budget, 0)?;
     let mut body = request.into_body();
@@ -237,18 +240,27 @@ async fn read_body(
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        let length = buffer.len() + data.len();
+        let kept = first.as_ref().map_or(buffer.len(), Bytes::len);
+        let length = kept + data.len();
         if length > BODY_LIMIT {
             return Err(Rejection::TooLarge);
+        }
+        if first.is_none() && buffer.is_empty() {
+            held.merge(take(budget, data.len())?);
+            first = Some(data);
+            continue;
         }
         buffer.reserve(declared.unwrap_or(length).max(length) - buffer.len());
         let more = buffer.capacity().saturating_sub(held.num_permits());
         if more > 0 {
             held.merge(take(budget, more)?);
         }
+        if let Some(first) = first.take() {
+            buffer.extend_from_slice(&first);
+        }
         buffer.extend_from_slice(&data);
     }
-    Ok((buffer.freeze(), held))
+    Ok((first.unwrap_or_else(|| buffer.freeze()), held))
 }
 
 fn take(budget: &Semaphore, bytes: usize) -> Result<SemaphorePermit<'_>, Rejection> {

@@ -139,6 +139,30 @@ async fn validate_answers_with_the_request_uid_and_the_rules_verdict() {
 }
 
 #[tokio::test]
+async fn a_body_in_many_frames_is_read_whole() {
+    let text = review("uid-frames", "forbidden").to_string();
+    for (size, empty_first) in [(1, false), (7, true), (1000, false)] {
+        // The text cut into frames of `size` bytes, maybe after an empty one.
+        let empty = empty_first.then(Bytes::new);
+        let frames: Vec<_> = empty
+            .into_iter()
+            .chain(text.as_bytes().chunks(size).map(Bytes::copy_from_slice))
+            .map(Ok::<_, std::convert::Infallible>)
+            .collect();
+        let body = Body::from_stream(futures::stream::iter(frames));
+        let (status, bytes) = call("/validate", body, Some(text.len())).await;
+        assert_eq!(status, StatusCode::OK, "frames of {size} bytes");
+        let response = response_of(&bytes);
+        assert_eq!(response.uid, "uid-frames");
+        assert!(
+            response.result.message.contains("must not be forbidden"),
+            "frames of {size} bytes: {:?}",
+            response.result
+        );
+    }
+}
+
+#[tokio::test]
 async fn mutate_returns_the_rules_patch() {
     let body = review("uid-3", "x").to_string();
     let (status, bytes) = call("/mutate", body.into(), None).await;
